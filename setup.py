@@ -1,0 +1,38 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+version = next(
+    line.split('"')[1] for line in (ROOT / "spacy_elmo" / "__init__.py").read_text().splitlines()
+    if line.startswith("__version__")
+)
+
+setup(
+    name="spacy-elmo",
+    version=version,
+    description="ELMo deep contextualized word representations as a spaCy v3 pipeline component",
+    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"]),
+    python_requires=">=3.9",
+    install_requires=[
+        # A range that the locally cached CPU build (2.13.0) satisfies; install torch first.
+        "torch>=2.1,<3",
+        "spacy>=3.8,<3.9",
+        "thinc>=8.3,<8.4",
+        "numpy>=1.23",
+        "safetensors>=0.4",
+        "srsly>=2.4",
+        "tqdm>=4.60",
+        "typer>=0.9",
+        "wasabi>=1.1",
+    ],
+    extras_require={
+        "h5": ["h5py>=3.8"],
+        "cuda12x": ["cupy-cuda12x>=12"],
+        "dev": ["pytest>=7", "h5py>=3.8", "hypothesis>=6"],
+    },
+    entry_points={"console_scripts": ["spacy-elmo = spacy_elmo.cli:app"]},
+)

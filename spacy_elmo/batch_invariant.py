@@ -1,0 +1,98 @@
+"""Fixed-shape kernels: a row's result never depends on the rows computed beside it.
+
+BLAS picks its GEMM kernel (and so the order of the floating-point sums) from the matrix shapes,
+and ATen's elementwise loops send a tensor's tail through scalar code whose ``exp`` rounds
+differently from the SIMD lanes. Both would make a sentence's vectors depend on its batch
+companions. Here every GEMM runs on blocks of a fixed shape (zero-padded), and transcendental
+elementwise functions run on single-threaded slices, so each element takes one code path wherever
+it sits. Plain IEEE operations (add, mul, max, clamp) round identically on every path and need no
+care.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+# ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
+# a multiple of every SIMD width, so slices of this size have no scalar tail.
+_SINGLE_THREAD_ELEMENTS = 32768
+
+
+@dataclass
+class Blocking:
+    """The fixed shapes that batch-invariant inference uses.
+
+    gemm_rows: rows per block of position-wise matmuls (char CNN windows, LSTM input projection).
+    token_block: tokens per char-encoder block.
+    step_columns: sentences per recurrent chunk of the step loop (G).
+    fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
+    """
+
+    gemm_rows: int = 256
+    token_block: int = 64
+    step_columns: int = 16
+    fused_rows: int = 32
+    fused_steps: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_rows", "token_block", "step_columns", "fused_rows", "fused_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"Blocking.{name} must be a positive integer, got {value!r}.")
+        if self.token_block % 32 or self.step_columns % 16:
+            raise ValueError(
+                "Blocking.token_block must be a multiple of 32 and step_columns a multiple of 16 "
+                f"(whole SIMD vectors), got {self.token_block} and {self.step_columns}."
+            )
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> "Blocking":
+        if device.type == "cuda":
+            return cls(gemm_rows=8192, token_block=4096, step_columns=256, fused_rows=256, fused_steps=64)
+        return cls()
+
+
+def matmul_rows(x: Tensor, weight_t: Tensor, rows: int) -> Tensor:
+    """``x @ weight_t`` computed on zero-padded blocks of exactly ``rows`` rows.
+
+    Args:
+        x: (M, K). weight_t: (K, N), any strides.
+    Returns:
+        (M, N), each row bitwise independent of M and of the other rows.
+    """
+    n_rows = x.shape[0]
+    padded = -(-n_rows // rows) * rows
+    if padded != n_rows:
+        x = torch.cat([x, x.new_zeros(padded - n_rows, x.shape[1])])
+    out = x.new_empty(padded, weight_t.shape[1])
+    for start in range(0, padded, rows):
+        torch.mm(x[start : start + rows], weight_t, out=out[start : start + rows])
+    return out[:n_rows]
+
+
+def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int) -> Tensor:
+    """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N)."""
+    out = matmul_rows(x, weight.t(), rows)
+    if bias is not None:
+        out += bias
+    return out
+
+
+def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """Apply an in-place elementwise op (e.g. ``Tensor.sigmoid_``) to a contiguous tensor so that
+    every element takes the same code path.
+
+    On CPU the tensor is processed in single-threaded slices of whole SIMD vectors; a scalar tail
+    can only remain at the very end of the tensor. Callers lay data out so that such a tail covers
+    all items alike: ``(features, columns)`` with columns a multiple of 16, or
+    ``(items, features)`` with items a multiple of 32.
+    """
+    if x.device.type != "cpu":
+        return op_(x)
+    flat = x.view(-1)
+    for start in range(0, flat.numel(), _SINGLE_THREAD_ELEMENTS):
+        op_(flat[start : start + _SINGLE_THREAD_ELEMENTS])
+    return x

@@ -1,0 +1,319 @@
+"""The biLM of Peters et al. (2018) as torch modules.
+
+char ids (B, T, C) -> CharEncoder -> token representations (N, P) for the N real tokens ->
+forward and backward LSTM stacks (separate weights, residual between layers) ->
+layers (L+1, B, T, 2P): layer 0 is the token representation repeated for both directions.
+
+Two ways through the network: under ``torch.no_grad()`` / ``torch.inference_mode()`` every kernel
+runs on fixed shapes (see ``batch_invariant``), so a sentence's layers are bitwise identical
+whatever its batch companions; with gradients enabled, the usual autograd-friendly kernels run
+(pretraining).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import recurrence
+from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_rows
+from .chars import CHAR_PAD
+from .config import BiLMConfig
+from .recurrence import LanePlan, LstmState, PackedOrder
+
+
+class Highway(nn.Module):
+    """y = g * relu(x W_t + b_t) + (1 - g) * x with g = sigmoid(x W_g + b_g); (N, F) -> (N, F)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.transform = nn.Linear(dim, dim)
+        self.gate = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = torch.sigmoid(self.gate(x))
+        return gate * torch.relu(self.transform(x)) + (1 - gate) * x
+
+    def forward_invariant(self, x: Tensor, rows: int) -> Tensor:
+        gate = elementwise_(Tensor.sigmoid_, linear_rows(x, self.gate.weight, self.gate.bias, rows))
+        transform = linear_rows(x, self.transform.weight, self.transform.bias, rows).relu_()
+        return gate * transform + (1 - gate) * x
+
+
+class CharEncoder(nn.Module):
+    """Context-independent token representation from characters: (N, C) char ids -> (N, P).
+
+    Char embedding, one convolution per filter width, max over positions, activation, highway
+    layers, linear projection. Characters after a token's end are trimmed before the convolutions:
+    windows made only of padding all give the same value, which is added back to the max exactly.
+    """
+
+    def __init__(self, config: BiLMConfig) -> None:
+        super().__init__()
+        self.config = config
+        n_filters, dim = config.n_filters, config.char_embedding_dim
+        self.embedding = nn.Embedding(config.n_characters, dim, padding_idx=0)
+        self.convs = nn.ModuleList(nn.Conv1d(dim, count, width) for width, count in config.filters)
+        self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
+        self.projection = nn.Linear(n_filters, config.projection_dim)
+        self._activation = torch.relu if config.activation == "relu" else torch.tanh
+
+    def forward(self, char_ids: Tensor) -> Tensor:
+        """Differentiable path. char_ids (N, C) -> (N, P)."""
+        ids, trimmed = self._trim(char_ids)
+        chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
+        pad_windows = self._pad_windows() if trimmed else None
+        features = []
+        for index, conv in enumerate(self.convs):
+            best = F.conv1d(chars, conv.weight).amax(dim=2)  # (N, F_w)
+            if pad_windows is not None:
+                best = torch.maximum(best, pad_windows[index])
+            features.append(self._activation(best + conv.bias))
+        x = torch.cat(features, dim=1)
+        for highway in self.highways:
+            x = highway(x)
+        return self.projection(x)
+
+    @torch.no_grad()
+    def forward_invariant(self, char_ids: Tensor, blocking: Blocking) -> Tensor:
+        """Batch-invariant path: a token's representation is bitwise independent of the others.
+        Tokens run in blocks of exactly ``blocking.token_block``. char_ids (N, C) -> (N, P)."""
+        block = blocking.token_block
+        n_tokens = char_ids.shape[0]
+        out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
+        pad_windows = self._pad_windows(blocking.gemm_rows)
+        for start in range(0, n_tokens, block):
+            ids = char_ids[start : start + block]
+            if ids.shape[0] < block:
+                filler = ids.new_full((block - ids.shape[0], ids.shape[1]), CHAR_PAD)
+                ids = torch.cat([ids, filler])
+            out[start : start + block] = self._encode_block(ids, pad_windows, blocking.gemm_rows)[: n_tokens - start]
+        return out
+
+    def _encode_block(self, char_ids: Tensor, pad_windows: List[Tensor], rows: int) -> Tensor:
+        """One block of tokens: char_ids (n, C) -> (n, P). The highway and projection GEMMs take
+        the whole block (a fixed shape already); the convolution windows go in ``rows`` chunks."""
+        ids, trimmed = self._trim(char_ids)
+        chars = self.embedding(ids)  # (n, C', E)
+        n_tokens = chars.shape[0]
+        features = []
+        for index, conv in enumerate(self.convs):
+            width = conv.kernel_size[0]
+            windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
+            n_windows = windows.shape[1]
+            flat = windows.reshape(n_tokens * n_windows, -1)
+            scores = matmul_rows(flat, conv.weight.reshape(conv.out_channels, -1).t(), rows)
+            best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
+            if trimmed:
+                best = torch.maximum(best, pad_windows[index])
+            best += conv.bias
+            features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
+        x = torch.cat(features, dim=1)
+        for highway in self.highways:
+            x = highway.forward_invariant(x, n_tokens)
+        return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens)
+
+    def _trim(self, char_ids: Tensor) -> Tuple[Tensor, bool]:
+        """Cut the character axis after the longest token plus (widest filter - 1) pads, so that
+        every window touching a real character is kept. Returns (ids (N, C'), whether cut)."""
+        n_chars = char_ids.shape[1]
+        real = (char_ids != CHAR_PAD) & (char_ids != 0)
+        longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0
+        widest = max(width for width, _ in self.config.filters)
+        keep = min(n_chars, max(longest + widest - 1, widest))
+        return char_ids[:, :keep], keep < n_chars
+
+    def _pad_windows(self, rows: Optional[int] = None) -> List[Tensor]:
+        """Each convolution's scores (without bias) on a window of padding characters only;
+        with ``rows``, computed by the same fixed-shape kernel as the real windows."""
+        pad = self.embedding.weight[CHAR_PAD]  # (E,)
+        values = []
+        for conv in self.convs:
+            width = conv.kernel_size[0]
+            window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
+            weight = conv.weight.reshape(conv.out_channels, -1)
+            if rows is None:
+                values.append((window @ weight.t())[0])
+            else:
+                values.append(matmul_rows(window, weight.t(), rows)[0])
+        return values
+
+
+class LstmLayer(nn.Module):
+    """One LSTM layer of one direction, with projection and optional clipping.
+
+    Parameters in PyTorch's gate order (input, forget, cell, output) and shapes, with a single
+    bias (the original has one): weight_ih (4H, I), weight_hh (4H, P), bias (4H,), weight_hr (P, H).
+    """
+
+    def __init__(self, input_dim: int, config: BiLMConfig) -> None:
+        super().__init__()
+        cells, proj = config.lstm_dim, config.projection_dim
+        self.weight_ih = nn.Parameter(torch.empty(4 * cells, input_dim))
+        self.weight_hh = nn.Parameter(torch.empty(4 * cells, proj))
+        self.bias = nn.Parameter(torch.empty(4 * cells))
+        self.weight_hr = nn.Parameter(torch.empty(proj, cells))
+        self.cell_clip = config.cell_clip
+        self.proj_clip = config.proj_clip
+        self.reset_parameters()
+
+    @property
+    def cells(self) -> int:
+        return self.weight_hr.shape[1]
+
+    @property
+    def projection_dim(self) -> int:
+        return self.weight_hr.shape[0]
+
+    @property
+    def is_clipped(self) -> bool:
+        return self.cell_clip is not None or self.proj_clip is not None
+
+    def reset_parameters(self) -> None:
+        bound = self.cells**-0.5
+        for weight in (self.weight_ih, self.weight_hh, self.weight_hr):
+            nn.init.uniform_(weight, -bound, bound)
+        with torch.no_grad():
+            self.bias.zero_()
+            self.bias[self.cells : 2 * self.cells] = 1.0  # forget gate open at the start
+
+
+class LMHead(nn.Module):
+    """Softmax over the word vocabulary, shared by both directions: (M, P) -> logits (M, V)."""
+
+    def __init__(self, vocab_size: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, dim))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        nn.init.normal_(self.weight, std=dim**-0.5)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return F.linear(hidden, self.weight, self.bias)
+
+
+@dataclass
+class BiLMOutput:
+    """layers: (L+1, B, T, 2P), zero at padding positions; mask: (B, T) bool, True for tokens."""
+
+    layers: Tensor
+    mask: Tensor
+
+
+class BiLM(nn.Module):
+    """The bidirectional language model. See the module docstring for the data flow."""
+
+    def __init__(self, config: BiLMConfig) -> None:
+        super().__init__()
+        self.config = config
+        proj = config.projection_dim
+        self.char_encoder = CharEncoder(config)
+        self.forward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
+        self.backward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
+        self.lm_head = LMHead(config.vocab_size, proj) if config.vocab_size else None
+        self.blocking: Optional[Blocking] = None  # None: chosen for the device at run time
+
+    @property
+    def device(self) -> torch.device:
+        return self.char_encoder.projection.weight.device
+
+    def blocking_for_run(self) -> Blocking:
+        return self.blocking or Blocking.for_device(self.device)
+
+    def forward(self, char_ids: Tensor) -> BiLMOutput:
+        """char_ids (B, T, C), 0 at padding positions (a sentence's tokens first) -> BiLMOutput."""
+        mask = char_ids.gt(0).any(dim=-1)
+        lengths = mask.sum(dim=1)
+        if not torch.equal(mask, _prefix_mask(lengths, mask.shape[1])):
+            raise ValueError(
+                "char_ids must hold each sentence's tokens first and padding (all-zero rows) after; "
+                "found a padding position before a token."
+            )
+        tokens = self.token_representations(char_ids[mask])
+        layers, _ = self.contextualize(tokens, lengths.tolist())
+        padded = layers.new_zeros(layers.shape[0], *mask.shape, layers.shape[-1])
+        padded[:, mask] = layers
+        return BiLMOutput(layers=padded, mask=mask)
+
+    def token_representations(self, char_ids: Tensor) -> Tensor:
+        """char_ids (N, C) -> (N, P); batch-invariant when gradients are off."""
+        if torch.is_grad_enabled():
+            return self.char_encoder(char_ids)
+        return self.char_encoder.forward_invariant(char_ids, self.blocking_for_run())
+
+    def contextualize(
+        self,
+        tokens: Tensor,
+        lengths: Sequence[int],
+        initial_state: Optional[LstmState] = None,
+        path: str = "auto",
+    ) -> Tuple[Tensor, Optional[LstmState]]:
+        """Run both LSTM stacks over packed sentences.
+
+        Args:
+            tokens: (N, P) token representations, sentence after sentence (sentence-major).
+            lengths: B sentence lengths summing to N.
+            initial_state: per-sentence LSTM state to start from (stateful use); default zeros.
+            path: "step" (exact step loop, any model), "fused" (torch's LSTM kernel, unclipped
+                models only) or "auto" (fused on CUDA for unclipped models, else step).
+        Returns:
+            layers (L+1, N, 2P) and, when ``initial_state`` was given, the state after each
+            sentence's last token (for the next call).
+        """
+        if sum(lengths) != tokens.shape[0]:
+            raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
+        run = self._layer_runner(list(lengths), path, initial_state is not None, tokens.device)
+        outputs, finals = {}, {}
+        for direction, stack in (("forward", self.forward_layers), ("backward", self.backward_layers)):
+            x = tokens
+            for depth, layer in enumerate(stack):
+                start = initial_state.layer(direction, depth) if initial_state is not None else None
+                x_in = F.dropout(x, self.config.dropout, self.training)
+                y, finals[direction, depth] = run(layer, x_in, direction, start)
+                if self.config.residual and depth > 0:
+                    y = y + x_in
+                outputs[direction, depth] = x = y
+        layers = [torch.cat([tokens, tokens], dim=1)]
+        for depth in range(self.config.n_layers):
+            layers.append(torch.cat([outputs["forward", depth], outputs["backward", depth]], dim=1))
+        final_state = LstmState.from_layers(finals, self.config.n_layers) if initial_state is not None else None
+        return torch.stack(layers), final_state
+
+    def _layer_runner(self, lengths: List[int], path: str, stateful: bool, device: torch.device):
+        """(layer, x (N, I), direction, start state) -> (y (N, P), final state or None)."""
+        if path not in ("auto", "step", "fused"):
+            raise ValueError(f"path must be 'auto', 'step' or 'fused', got {path!r}.")
+        clipped = self.config.is_clipped
+        if path == "fused" and (clipped or stateful):
+            reason = "the model clips its cells or projections" if clipped else "stateful runs need the step loop"
+            raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
+        if torch.is_grad_enabled():
+            if stateful:
+                raise ValueError("Stateful runs are for inference; call them under torch.no_grad().")
+            order = PackedOrder.build(lengths, device)
+            return lambda layer, x, direction, start: (recurrence.run_differentiable(layer, x, order, direction), None)
+        blocking = self.blocking_for_run()
+        if path == "fused" or (path == "auto" and not clipped and not stateful and device.type == "cuda"):
+            plan = LanePlan.build(lengths, blocking.fused_rows, blocking.fused_steps, device)
+            runner = recurrence.run_fused_blocks
+        else:
+            plan = LanePlan.build(lengths, blocking.step_columns, 1, device)
+            runner = recurrence.run_step_loop
+        return lambda layer, x, direction, start: runner(layer, x, plan, direction, start, blocking)
+
+    def new_state(self, batch_size: int) -> LstmState:
+        """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""
+        return LstmState.zeros(
+            self.config.n_layers, batch_size, self.config.projection_dim, self.config.lstm_dim,
+            self.device, self.char_encoder.projection.weight.dtype,
+        )
+
+    def parameter_count(self, include_lm_head: bool = False) -> int:
+        skip = set() if include_lm_head or self.lm_head is None else {id(p) for p in self.lm_head.parameters()}
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+def _prefix_mask(lengths: Tensor, width: int) -> Tensor:
+    return torch.arange(width, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)

@@ -1,0 +1,196 @@
+"""BiLMConfig: every size of the network, the presets, and the original options.json format."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple, Union
+
+from .chars import MAX_WORD_LENGTH, N_CHARACTERS
+
+_ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+
+
+class ConfigError(ValueError):
+    """A biLM configuration that cannot describe a valid network."""
+
+
+@dataclass(frozen=True)
+class BiLMConfig:
+    """Sizes and options of a character-level bidirectional language model.
+
+    The char encoder embeds characters (``char_embedding_dim``), runs one convolution per
+    ``(width, n_filters)`` in ``filters``, takes the max over characters, applies ``activation``,
+    ``n_highway`` highway layers and a linear projection to ``projection_dim`` (P). Each direction
+    then has ``n_layers`` LSTM layers of ``lstm_dim`` cells (H) projected to P, optionally with cell
+    and projection clipping and residual connections between layers. ``vocab_size`` > 0 adds the
+    softmax head shared by both directions (pretraining only).
+    """
+
+    projection_dim: int
+    lstm_dim: int
+    filters: Tuple[Tuple[int, int], ...]
+    n_highway: int
+    char_embedding_dim: int = 16
+    n_layers: int = 2
+    cell_clip: Optional[float] = None
+    proj_clip: Optional[float] = None
+    residual: bool = True
+    activation: str = "relu"
+    n_characters: int = N_CHARACTERS
+    max_characters_per_token: int = MAX_WORD_LENGTH
+    vocab_size: int = 0
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        _validate(self)
+
+    @property
+    def n_filters(self) -> int:
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every layer the biLM returns: forward and backward concatenated (2P)."""
+        return 2 * self.projection_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        """L + 1: the token layer and each LSTM layer."""
+        return self.n_layers + 1
+
+    @property
+    def is_clipped(self) -> bool:
+        return self.cell_clip is not None or self.proj_clip is not None
+
+    def replace(self, **changes: Any) -> "BiLMConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["filters"] = [list(pair) for pair in self.filters]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"Unknown biLM config keys {unknown}; known keys are {sorted(known)}.")
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise ConfigError(f"Incomplete biLM config {data}: {err}") from None
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "BiLMConfig":
+        """One of ``PRESETS`` (``original``, ``medium``, ``small``, ``tiny``), optionally changed."""
+        if name not in PRESETS:
+            raise ConfigError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        return PRESETS[name].replace(**overrides)
+
+
+def _validate(config: BiLMConfig) -> None:
+    positive = ["projection_dim", "lstm_dim", "char_embedding_dim", "n_layers", "n_characters"]
+    for name in positive:
+        value = getattr(config, name)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"BiLMConfig.{name} must be a positive integer, got {value!r}.")
+    if config.n_highway < 0 or config.vocab_size < 0:
+        raise ConfigError(
+            f"n_highway and vocab_size must be >= 0, got {config.n_highway} and {config.vocab_size}."
+        )
+    if not config.filters:
+        raise ConfigError("BiLMConfig.filters is empty; give at least one (width, n_filters) pair.")
+    for width, count in config.filters:
+        if width < 1 or count < 1 or width > config.max_characters_per_token:
+            raise ConfigError(
+                f"Filter (width={width}, n={count}) is invalid: need 1 <= width <= "
+                f"{config.max_characters_per_token} and n >= 1."
+            )
+    if config.projection_dim >= config.lstm_dim:
+        raise ConfigError(
+            f"projection_dim ({config.projection_dim}) must be smaller than lstm_dim "
+            f"({config.lstm_dim}): the LSTM projects its cells down to the projection."
+        )
+    if config.activation not in ("relu", "tanh"):
+        raise ConfigError(f"activation must be 'relu' or 'tanh', got {config.activation!r}.")
+    for name in ("cell_clip", "proj_clip"):
+        value = getattr(config, name)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} must be positive or None (no clipping), got {value!r}.")
+    if not 0.0 <= config.dropout < 1.0:
+        raise ConfigError(f"dropout must be in [0, 1), got {config.dropout!r}.")
+
+
+PRESETS: Dict[str, BiLMConfig] = {
+    # The published architecture of Peters et al. (2018), with its clipping: 93.6M parameters.
+    "original": BiLMConfig(
+        projection_dim=512, lstm_dim=4096, filters=_ORIGINAL_FILTERS, n_highway=2,
+        cell_clip=3.0, proj_clip=3.0,
+    ),
+    # Sizes of the published medium (28.0M) and small (13.6M) models, unclipped so that they
+    # run on the fused LSTM kernels when we pretrain them ourselves.
+    "medium": BiLMConfig(projection_dim=256, lstm_dim=2048, filters=_ORIGINAL_FILTERS, n_highway=1),
+    "small": BiLMConfig(projection_dim=128, lstm_dim=1024, filters=_ORIGINAL_FILTERS, n_highway=1),
+    # For tests and smoke runs.
+    "tiny": BiLMConfig(
+        projection_dim=16, lstm_dim=48, filters=((1, 8), (2, 8), (3, 16)), n_highway=1,
+        char_embedding_dim=8,
+    ),
+}
+
+
+def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig:
+    """Read the original release's options (a dict or an options.json path)."""
+    source = str(options) if not isinstance(options, dict) else "options"
+    if not isinstance(options, dict):
+        options = _read_json(Path(options))
+    try:
+        lstm, cnn = options["lstm"], options["char_cnn"]
+        config = BiLMConfig(
+            projection_dim=int(lstm["projection_dim"]),
+            lstm_dim=int(lstm["dim"]),
+            n_layers=int(lstm["n_layers"]),
+            cell_clip=_optional_float(lstm.get("cell_clip")),
+            proj_clip=_optional_float(lstm.get("proj_clip")),
+            residual=bool(lstm.get("use_skip_connections", False)),
+            filters=tuple((int(w), int(n)) for w, n in cnn["filters"]),
+            n_highway=int(cnn.get("n_highway") or 0),
+            char_embedding_dim=int(cnn["embedding"]["dim"]),
+            activation=cnn.get("activation", "relu"),
+            n_characters=int(cnn.get("n_characters", N_CHARACTERS)),
+            max_characters_per_token=int(cnn.get("max_characters_per_token", MAX_WORD_LENGTH)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise ConfigError(f"{source}: {err}") from None
+        raise ConfigError(
+            f"{source} is not an ELMo options file: missing or invalid entry {err}. Expected "
+            "'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (filters, embedding, ...)."
+        ) from None
+    if config.n_characters != N_CHARACTERS or config.max_characters_per_token != MAX_WORD_LENGTH:
+        raise ConfigError(
+            f"{source}: n_characters={config.n_characters}, max_characters_per_token="
+            f"{config.max_characters_per_token}; only the standard {N_CHARACTERS} / "
+            f"{MAX_WORD_LENGTH} character encoding is supported."
+        )
+    return config
+
+
+def _optional_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must contain a JSON object, got {type(data).__name__}.")
+    return data

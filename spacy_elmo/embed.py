@@ -1,0 +1,129 @@
+"""Sentences in, layers out: the plain-Python entry point to a biLM.
+
+Adds the ``<S>``/``</S>`` boundaries, looks token representations up in the bilm's token cache
+(encoding only the new ones), runs the LSTMs in batches under a token budget, and returns numpy
+arrays with the boundaries stripped.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List, Sequence
+
+import numpy as np
+import torch
+
+from .bilm import BiLM
+from .chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
+from .token_cache import TokenCache
+
+DEFAULT_BATCH_TOKENS = 4096
+
+
+def embed_sentences(
+    bilm: BiLM,
+    sentences: Sequence[Sequence[str]],
+    stateful: bool = False,
+    max_batch_tokens: int = DEFAULT_BATCH_TOKENS,
+) -> List[np.ndarray]:
+    """Contextual layers for tokenized sentences.
+
+    Args:
+        bilm: a loaded BiLM.
+        sentences: lists of token strings.
+        stateful: carry each row's LSTM state over from the previous stateful call (row i of
+            this call continues row i of the last), as the original TensorFlow biLM did. All
+            sentences then run as one batch. ``reset_state(bilm)`` starts afresh.
+        max_batch_tokens: token budget per batch in stateless mode (results do not depend on it).
+    Returns:
+        One float32 array (L+1, T_i, 2P) per sentence, boundaries removed.
+    """
+    sentences = [list(sentence) for sentence in sentences]
+    _check_tokens(sentences)
+    if not sentences:
+        return []
+    with torch.inference_mode():
+        if stateful:
+            return _embed_batch(bilm, sentences, stateful=True)
+        results: List[np.ndarray] = [None] * len(sentences)  # type: ignore[list-item]
+        for batch in _batches_by_length(sentences, max_batch_tokens):
+            for index, layers in zip(batch, _embed_batch(bilm, [sentences[i] for i in batch], stateful=False)):
+                results[index] = layers
+        return results
+
+
+def reset_state(bilm: BiLM) -> None:
+    """Forget the LSTM state carried by stateful calls."""
+    bilm.carried_state = None
+
+
+def token_cache(bilm: BiLM) -> TokenCache:
+    """The bilm's cache of token representations (created on first use)."""
+    cache = getattr(bilm, "token_cache", None)
+    if cache is None:
+        cache = bilm.token_cache = TokenCache()
+    return cache
+
+
+def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List[np.ndarray]:
+    flat = [token for sentence in sentences for token in (BOS_TOKEN, *sentence, EOS_TOKEN)]
+    lengths = [len(sentence) + 2 for sentence in sentences]
+    tokens = token_cache(bilm).lookup(flat, bilm.char_encoder, lambda strings: _encode(bilm, strings))
+    start = _carried_state(bilm, len(sentences)) if stateful else None
+    layers, final = bilm.contextualize(tokens, lengths, initial_state=start)
+    if stateful:
+        _store_state(bilm, final)
+    host = layers.float().cpu().numpy()
+    results, offset = [], 0
+    for length in lengths:
+        results.append(np.ascontiguousarray(host[:, offset + 1 : offset + length - 1]))
+        offset += length
+    return results
+
+
+def _encode(bilm: BiLM, strings: List[str]) -> torch.Tensor:
+    char_ids = torch.from_numpy(encode_tokens(strings)).to(bilm.device, torch.long)
+    return bilm.token_representations(char_ids)
+
+
+def _carried_state(bilm: BiLM, rows: int):
+    carried = getattr(bilm, "carried_state", None)
+    fresh = bilm.new_state(rows)
+    if carried is not None:
+        keep = min(rows, carried.batch_size)
+        fresh.h[:, :, :keep] = carried.h[:, :, :keep]
+        fresh.c[:, :, :keep] = carried.c[:, :, :keep]
+    return fresh
+
+
+def _store_state(bilm: BiLM, final) -> None:
+    carried = getattr(bilm, "carried_state", None)
+    if carried is not None and carried.batch_size > final.batch_size:
+        carried.h[:, :, : final.batch_size] = final.h
+        carried.c[:, :, : final.batch_size] = final.c
+    else:
+        bilm.carried_state = final
+
+
+def _batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Iterator[List[int]]:
+    """Indices of sentences in batches of similar length, each under the token budget."""
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
+    batch: List[int] = []
+    longest = 0
+    for index in order:
+        length = len(sentences[index]) + 2
+        longest = max(longest, length)
+        if batch and longest * (len(batch) + 1) > max_batch_tokens:
+            yield batch
+            batch, longest = [], length
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+def _check_tokens(sentences: List[List[str]]) -> None:
+    for row, sentence in enumerate(sentences):
+        for token in sentence:
+            if not isinstance(token, str):
+                raise TypeError(
+                    f"Sentence {row} holds a {type(token).__name__} ({token!r}); sentences must be "
+                    "lists of token strings."
+                )

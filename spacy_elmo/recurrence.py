@@ -1,0 +1,300 @@
+"""How one LSTM layer runs over a batch of packed sentences.
+
+Sentences arrive packed, one after another: x (N, I) with B lengths. For inference they stream
+through a fixed number of *lanes* (continuous batching): each lane runs one sentence after another,
+its state reset to the sentence's start state whenever a new one begins, so little compute is spent
+on padding. Lanes are grouped into chunks of a fixed width, and every kernel sees only fixed
+shapes, so a sentence's result is bitwise the same whatever else is in the batch
+(see ``batch_invariant``). Two inference runners share the plan:
+
+- ``run_step_loop``: the exact step loop (cell and projection clipping, carried state), laid out
+  feature-major: ``W @ h`` with h (P, lanes). Keeping the large weight on the left is also the
+  fastest GEMM layout for narrow chunks on CPU.
+- ``run_fused_blocks``: torch's fused LSTM kernel (as in ``nn.LSTM(proj_size=...)``; cuDNN on GPU)
+  for unclipped layers, on blocks of (lanes, steps); sentences start at block boundaries.
+
+``run_differentiable`` is the training path: the fused kernel over a PackedSequence-style batch
+for unclipped layers, an autograd step loop for clipped ones.
+"""
+from __future__ import annotations
+
+import heapq
+import warnings
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from .batch_invariant import Blocking, elementwise_, matmul_rows
+
+LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
+
+# torch warns each time that oneDNN lacks projections and falls back to its own kernel: expected.
+warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
+
+
+@dataclass
+class LstmState:
+    """LSTM state of every layer of both directions: h (2, L, B, P), c (2, L, B, H)."""
+
+    h: Tensor
+    c: Tensor
+
+    _DIRECTIONS = ("forward", "backward")
+
+    @classmethod
+    def zeros(cls, n_layers: int, batch: int, proj: int, cells: int, device, dtype) -> "LstmState":
+        return cls(
+            h=torch.zeros(2, n_layers, batch, proj, device=device, dtype=dtype),
+            c=torch.zeros(2, n_layers, batch, cells, device=device, dtype=dtype),
+        )
+
+    @classmethod
+    def from_layers(cls, layers: Dict[Tuple[str, int], LayerState], n_layers: int) -> "LstmState":
+        def stacked(part: int) -> Tensor:
+            return torch.stack([torch.stack([layers[d, k][part] for k in range(n_layers)]) for d in cls._DIRECTIONS])
+
+        return cls(h=stacked(0), c=stacked(1))
+
+    @property
+    def batch_size(self) -> int:
+        return self.h.shape[2]
+
+    def layer(self, direction: str, depth: int) -> LayerState:
+        index = self._DIRECTIONS.index(direction)
+        return self.h[index, depth], self.c[index, depth]
+
+
+def _token_positions(lengths: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """For packed tokens: (sentence, position in sentence, reversed position), each (N,)."""
+    sentence = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    position = torch.arange(int(lengths.sum())) - starts[sentence]
+    return sentence, position, lengths[sentence] - 1 - position
+
+
+@dataclass
+class LanePlan:
+    """Which token each lane processes at each step (inference).
+
+    tables: direction -> (n_steps, n_lanes) packed token index, N where a lane idles.
+    starts: step -> [(lane, sentence)] beginning there; ends: step -> [(lane, sentence)] whose
+    last token is there. busy_steps[j]: steps until chunk j (lanes j*width...) falls idle.
+    """
+
+    n_tokens: int
+    width: int
+    window: int
+    tables: Dict[str, Tensor]
+    starts: Dict[int, List[Tuple[int, int]]]
+    ends: Dict[int, List[Tuple[int, int]]]
+    busy_steps: List[int]
+
+    @classmethod
+    def build(cls, lengths: Sequence[int], width: int, window: int, device: torch.device) -> "LanePlan":
+        """Assign sentences to lanes, longest first to the least loaded lane; sentences start on
+        multiples of ``window`` steps. As few chunks of ``width`` lanes as keep the longest
+        sentence the critical path."""
+        lengths_t = torch.as_tensor(list(lengths), dtype=torch.long)
+        if bool((lengths_t < 0).any()):
+            raise ValueError(f"Sentence lengths must be >= 0, got {list(lengths)}.")
+        windows = [-(-length // window) for length in lengths_t.tolist()]
+        n_chunks = _chunk_count(windows, width)
+        n_lanes = n_chunks * width
+        loads = [(0, lane) for lane in range(n_lanes)]
+        lane_of, start_of = [0] * len(windows), [0] * len(windows)
+        for sentence in sorted(range(len(windows)), key=lambda i: -windows[i]):
+            if windows[sentence] == 0:
+                continue
+            load, lane = heapq.heappop(loads)
+            lane_of[sentence], start_of[sentence] = lane, load * window
+            heapq.heappush(loads, (load + windows[sentence], lane))
+        lane_load = [0] * n_lanes
+        for load, lane in loads:
+            lane_load[lane] = load * window
+        n_steps = max(lane_load, default=0)
+        sentence, position, reverse = _token_positions(lengths_t)
+        lane = torch.tensor(lane_of, dtype=torch.long)[sentence]
+        step = torch.tensor(start_of, dtype=torch.long)[sentence] + position
+        token = torch.arange(len(sentence))
+        tables = {}
+        for direction, source in (("forward", token), ("backward", token - position + reverse)):
+            table = torch.full((n_steps, n_lanes), len(sentence), dtype=torch.long)
+            table[step, lane] = source
+            tables[direction] = table.to(device)
+        starts: Dict[int, List[Tuple[int, int]]] = {}
+        ends: Dict[int, List[Tuple[int, int]]] = {}
+        for index, length in enumerate(lengths_t.tolist()):
+            if length:
+                starts.setdefault(start_of[index], []).append((lane_of[index], index))
+                ends.setdefault(start_of[index] + length - 1, []).append((lane_of[index], index))
+        busy = [max(lane_load[j * width : (j + 1) * width]) for j in range(n_chunks)]
+        return cls(len(sentence), width, window, tables, starts, ends, busy)
+
+    @property
+    def n_steps(self) -> int:
+        return max(self.busy_steps, default=0)
+
+
+def _chunk_count(windows: List[int], width: int) -> int:
+    """Enough chunks that every lane has about the longest sentence's worth of work, but no more
+    lanes than sentences."""
+    longest, total, busy = max(windows, default=0), sum(windows), sum(1 for w in windows if w)
+    if longest == 0:
+        return 1
+    by_work = max(1, total // (width * longest))
+    by_sentences = -(-busy // width)
+    return max(1, min(by_work, by_sentences))
+
+
+def run_step_loop(
+    layer, x: Tensor, plan: LanePlan, direction: str, start: Optional[LayerState], blocking: Blocking
+) -> Tuple[Tensor, Optional[LayerState]]:
+    """Exact, batch-invariant step loop. x (N, I) packed -> (N, P) packed; and with ``start``
+    (h (B, P), c (B, H)), the state after each sentence's last token."""
+    cells, proj, width = layer.cells, layer.projection_dim, plan.width
+    inputs = matmul_rows(x, layer.weight_ih.t(), blocking.gemm_rows)
+    inputs += layer.bias
+    inputs = torch.cat([inputs, inputs.new_zeros(1, inputs.shape[1])])  # row N feeds idle lanes
+    table = plan.tables[direction]
+    h = x.new_zeros(len(plan.busy_steps), proj, width)
+    c = x.new_zeros(len(plan.busy_steps), cells, width)
+    final = (start[0].clone(), start[1].clone()) if start is not None else None
+    gates = x.new_empty(4 * cells, width)
+    hidden = x.new_empty(cells, width)
+    out = x.new_empty(plan.n_tokens + 1, proj)
+    for step in range(plan.n_steps):
+        for lane, sentence in plan.starts.get(step, ()):
+            chunk, column = divmod(lane, width)
+            h[chunk, :, column] = start[0][sentence] if start is not None else 0
+            c[chunk, :, column] = start[1][sentence] if start is not None else 0
+        for chunk, busy in enumerate(plan.busy_steps):
+            if step >= busy:
+                continue
+            tokens = table[step, chunk * width : (chunk + 1) * width]
+            torch.mm(layer.weight_hh, h[chunk], out=gates)
+            gates += inputs[tokens].t()
+            _cell_update(gates, c[chunk], hidden, layer.cell_clip)
+            torch.mm(layer.weight_hr, hidden, out=h[chunk])
+            if layer.proj_clip is not None:
+                h[chunk].clamp_(-layer.proj_clip, layer.proj_clip)
+            out[tokens] = h[chunk].t()
+        if final is not None:
+            for lane, sentence in plan.ends.get(step, ()):
+                chunk, column = divmod(lane, width)
+                final[0][sentence] = h[chunk, :, column]
+                final[1][sentence] = c[chunk, :, column]
+    return out[:-1], final
+
+
+def _cell_update(gates: Tensor, c: Tensor, hidden: Tensor, cell_clip: Optional[float]) -> None:
+    """gates (4H, G) in order i, f, g, o -> updates c (H, G) in place, writes hidden (H, G).
+    Only IEEE-exact ops besides the transcendental ones, so every column rounds alike."""
+    cells = c.shape[0]
+    elementwise_(Tensor.sigmoid_, gates[: 2 * cells])
+    elementwise_(Tensor.tanh_, gates[2 * cells : 3 * cells])
+    elementwise_(Tensor.sigmoid_, gates[3 * cells :])
+    c.mul_(gates[cells : 2 * cells])
+    c.add_(gates[:cells] * gates[2 * cells : 3 * cells])
+    if cell_clip is not None:
+        c.clamp_(-cell_clip, cell_clip)
+    hidden.copy_(c)
+    elementwise_(Tensor.tanh_, hidden)
+    hidden.mul_(gates[3 * cells :])
+
+
+def run_fused_blocks(
+    layer, x: Tensor, plan: LanePlan, direction: str, start: Optional[LayerState], blocking: Blocking
+) -> Tuple[Tensor, None]:
+    """torch's fused LSTM kernel on blocks of (plan.width lanes, plan.window steps), state carried
+    from block to block; unclipped layers from a zero state. x (N, I) packed -> (N, P) packed."""
+    if layer.is_clipped or start is not None:
+        raise ValueError("The fused LSTM kernel runs unclipped layers from a zero state only.")
+    width, window = plan.width, plan.window
+    table = plan.tables[direction]
+    x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])
+    out = x.new_empty(plan.n_tokens + 1, layer.projection_dim)
+    weights = fused_weights(layer)
+    h = x.new_zeros(len(plan.busy_steps), 1, width, layer.projection_dim)
+    c = x.new_zeros(len(plan.busy_steps), 1, width, layer.cells)
+    for step in range(0, plan.n_steps, window):
+        for lane, _ in plan.starts.get(step, ()):
+            chunk, column = divmod(lane, width)
+            h[chunk, :, column] = 0
+            c[chunk, :, column] = 0
+        for chunk, busy in enumerate(plan.busy_steps):
+            if step >= busy:
+                continue
+            tokens = table[step : step + window, chunk * width : (chunk + 1) * width].t()  # (G, T_w)
+            y, h[chunk], c[chunk] = torch.lstm(x_ext[tokens], (h[chunk], c[chunk]), weights, True, 1, 0.0, False, False, True)
+            out[tokens] = y
+    return out[:-1], None
+
+
+def fused_weights(layer) -> List[Tensor]:
+    """The layer's parameters in the order torch's LSTM kernel takes them (second bias zero)."""
+    return [layer.weight_ih, layer.weight_hh, layer.bias, torch.zeros_like(layer.bias), layer.weight_hr]
+
+
+@dataclass
+class PackedOrder:
+    """Time-major order of a packed batch, as in torch's PackedSequence (training path).
+
+    batch_sizes[t]: sentences longer than t; index: direction -> (N,) time-major position ->
+    packed token index, time running forwards or backwards through each sentence.
+    """
+
+    batch_sizes: List[int]
+    index: Dict[str, Tensor]
+
+    @classmethod
+    def build(cls, lengths: Sequence[int], device: torch.device) -> "PackedOrder":
+        lengths_t = torch.as_tensor(list(lengths), dtype=torch.long)
+        sorted_lengths, order = torch.sort(lengths_t, descending=True, stable=True)
+        first = torch.cumsum(lengths_t, 0) - lengths_t
+        n_steps = int(sorted_lengths[0]) if len(lengths_t) else 0
+        step, row = (torch.arange(n_steps).unsqueeze(1) < sorted_lengths.unsqueeze(0)).nonzero(as_tuple=True)
+        start = first[order][row]
+        index = {"forward": start + step, "backward": start + sorted_lengths[row] - 1 - step}
+        sizes = torch.bincount(step, minlength=n_steps).tolist() if n_steps else []
+        return cls(batch_sizes=sizes, index={k: v.to(device) for k, v in index.items()})
+
+
+def run_differentiable(layer, x: Tensor, order: PackedOrder, direction: str) -> Tensor:
+    """Autograd path for training. x (N, I) packed -> (N, P) packed."""
+    if not order.batch_sizes:
+        return x.new_zeros(0, layer.projection_dim)
+    index = order.index[direction]
+    x_time = x[index]
+    active = order.batch_sizes[0]
+    h0 = x.new_zeros(active, layer.projection_dim)
+    c0 = x.new_zeros(active, layer.cells)
+    if layer.is_clipped:
+        out = _autograd_step_loop(layer, x_time, order.batch_sizes, h0, c0)
+    else:
+        batch_sizes = torch.tensor(order.batch_sizes, dtype=torch.long)
+        out, _, _ = torch.lstm(
+            x_time, batch_sizes, (h0.unsqueeze(0), c0.unsqueeze(0)), fused_weights(layer), True, 1, 0.0, True, False
+        )
+    packed = torch.empty_like(out)
+    packed[index] = out
+    return packed
+
+
+def _autograd_step_loop(layer, x_time: Tensor, batch_sizes: List[int], h: Tensor, c: Tensor) -> Tensor:
+    cells = layer.cells
+    inputs = torch.nn.functional.linear(x_time, layer.weight_ih, layer.bias)
+    outputs, offset = [], 0
+    for active in batch_sizes:
+        gates = inputs[offset : offset + active] + h[:active] @ layer.weight_hh.t()
+        i, f, g, o = gates.split(cells, dim=1)
+        c = torch.sigmoid(f) * c[:active] + torch.sigmoid(i) * torch.tanh(g)
+        if layer.cell_clip is not None:
+            c = c.clamp(-layer.cell_clip, layer.cell_clip)
+        h = (torch.sigmoid(o) * torch.tanh(c)) @ layer.weight_hr.t()
+        if layer.proj_clip is not None:
+            h = h.clamp(-layer.proj_clip, layer.proj_clip)
+        outputs.append(h)
+        offset += active
+    return torch.cat(outputs)

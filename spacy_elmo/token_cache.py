@@ -1,0 +1,99 @@
+"""A bounded LRU cache of context-independent token representations, keyed by token string.
+
+The char encoder is batch-invariant, so a cached row is bitwise the row it would recompute. The
+cache drops everything when the char encoder's parameters change (training steps, a new state
+dict, a move to another device), which it notices from the tensors' version counters.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, List, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+
+class TokenCache:
+    """Up to ``capacity`` rows of width ``dim``; ``capacity=0`` disables caching."""
+
+    def __init__(self, capacity: int = 20000) -> None:
+        if capacity < 0:
+            raise ValueError(f"TokenCache capacity must be >= 0, got {capacity}.")
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+        self._slots: "OrderedDict[str, int]" = OrderedDict()
+        self._rows: Tensor | None = None
+        self._fingerprint: Tuple = ()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._rows = None
+
+    def lookup(
+        self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]
+    ) -> Tensor:
+        """Representations of ``tokens``: (len(tokens), P). Unknown tokens go through
+        ``encode(list_of_strings) -> (n, P)`` once each and are remembered."""
+        if self.capacity == 0:
+            return encode(list(tokens))
+        self._check_fingerprint(encoder)
+        unique = list(dict.fromkeys(tokens))
+        missing = [token for token in unique if token not in self._slots]
+        self.misses += len(missing)
+        self.hits += len(unique) - len(missing)
+        fresh = encode(missing) if missing else None
+        position = {token: i for i, token in enumerate(unique)}
+        if len(unique) > self.capacity:  # more types than fit: serve this batch without storing
+            rows = self._assemble(unique, missing, fresh)
+        else:
+            if fresh is not None:
+                self._store(missing, fresh, keep=set(unique))
+            for token in unique:
+                self._slots.move_to_end(token)
+            rows = self._rows[torch.tensor([self._slots[t] for t in unique], device=self._rows.device)]
+        return rows[torch.tensor([position[t] for t in tokens], device=rows.device, dtype=torch.long)]
+
+    def _assemble(self, unique: List[str], missing: List[str], fresh: Tensor | None) -> Tensor:
+        missing_index = {token: i for i, token in enumerate(missing)}
+        parts = []
+        for token in unique:
+            if token in missing_index:
+                parts.append(fresh[missing_index[token]])
+            else:
+                parts.append(self._rows[self._slots[token]])
+        return torch.stack(parts)
+
+    def _store(self, tokens: List[str], rows: Tensor, keep: set) -> None:
+        self._reserve(rows)
+        free = self._free_slots(len(tokens), keep)
+        self._rows[torch.tensor(free, device=rows.device)] = rows
+        for token, slot in zip(tokens, free):
+            self._slots[token] = slot
+
+    def _reserve(self, like: Tensor) -> None:
+        if self._rows is None:
+            self._rows = like.new_empty(min(self.capacity, max(1024, like.shape[0])), like.shape[1])
+        needed = min(self.capacity, len(self._slots) + like.shape[0])
+        if needed > self._rows.shape[0]:
+            size = min(self.capacity, max(needed, 2 * self._rows.shape[0]))
+            grown = self._rows.new_empty(size, self._rows.shape[1])
+            grown[: self._rows.shape[0]] = self._rows
+            self._rows = grown
+
+    def _free_slots(self, count: int, keep: set) -> List[int]:
+        used = len(self._slots)
+        free = list(range(used, min(used + count, self._rows.shape[0])))
+        while len(free) < count:  # evict the least recently used tokens not in this batch
+            token = next(t for t in self._slots if t not in keep)
+            free.append(self._slots.pop(token))
+        return free
+
+    def _check_fingerprint(self, encoder: nn.Module) -> None:
+        fingerprint = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in encoder.parameters())
+        if fingerprint != self._fingerprint:
+            self.clear()
+            self._fingerprint = fingerprint

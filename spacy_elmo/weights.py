@@ -1,0 +1,229 @@
+"""Weights on disk: the native format, and import of the original ELMo release.
+
+Native format: a directory with ``config.json`` (the BiLMConfig) and ``model.safetensors`` (the
+state dict; its metadata repeats the config so a stray pair of files is caught). Written
+atomically, read without unpickling anything.
+
+Original format: ``options.json`` + ``weights.hdf5`` as released with the TensorFlow biLM (needs
+h5py: ``pip install spacy-elmo[h5]``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional, Union
+
+import torch
+from torch import Tensor
+
+from .bilm import BiLM
+from .config import BiLMConfig, ConfigError, config_from_options
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "spacy-elmo.bilm"
+FORMAT_VERSION = 1
+
+PathLike = Union[str, Path]
+
+
+class WeightsError(ValueError):
+    """A weights file that is missing, corrupt, or does not match its configuration."""
+
+
+def save_bilm(bilm: BiLM, directory: PathLike) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed).
+    Each file is written to a temporary name and renamed into place."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    header = {"format": FORMAT, "version": str(FORMAT_VERSION), "config_json": _config_json(bilm.config)}
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in bilm.state_dict().items()}
+    _write_atomically(directory / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata=header))
+    document = {"format": FORMAT, "version": FORMAT_VERSION, "config": bilm.config.to_dict()}
+    config_text = json.dumps(document, indent=2) + "\n"
+    _write_atomically(directory / CONFIG_FILE, lambda path: Path(path).write_text(config_text, encoding="utf-8"))
+    return directory
+
+
+def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> BiLM:
+    """Load a native biLM: a directory (or its ``model.safetensors``). Returns the module in eval
+    mode on ``device`` (default CPU)."""
+    directory = _native_directory(Path(path))
+    config = read_config(directory / CONFIG_FILE)
+    tensors = _read_safetensors(directory / WEIGHTS_FILE, config)
+    bilm = BiLM(config)
+    _load_state(bilm, tensors, directory / WEIGHTS_FILE)
+    return bilm.to(device or "cpu").eval()
+
+
+def read_config(path: Path) -> BiLMConfig:
+    if not path.is_file():
+        raise WeightsError(f"{path}: file not found; a native biLM directory holds {CONFIG_FILE} and {WEIGHTS_FILE}.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FORMAT:
+            raise WeightsError(f"{path}: not a spacy-elmo biLM config (format={data.get('format')!r}, expected {FORMAT!r}).")
+        if data.get("version") != FORMAT_VERSION:
+            raise WeightsError(f"{path}: format version {data.get('version')!r} is not supported (expected {FORMAT_VERSION}).")
+        return BiLMConfig.from_dict(data["config"])
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError) as err:
+        raise WeightsError(f"{path}: not a valid biLM config JSON ({type(err).__name__}: {err}).") from None
+    except ConfigError as err:
+        raise WeightsError(f"{path}: {err}") from None
+
+
+def _native_directory(path: Path) -> Path:
+    if path.is_file() and path.name == WEIGHTS_FILE:
+        return path.parent
+    if path.is_dir():
+        return path
+    if path.suffix in (".hdf5", ".h5"):
+        raise WeightsError(
+            f"{path} is an original ELMo weights file; convert it first: "
+            "python -m spacy_elmo convert OPTIONS.json WEIGHTS.hdf5 OUT_DIR"
+        )
+    raise WeightsError(f"{path}: no such biLM directory (expected a directory with {CONFIG_FILE} and {WEIGHTS_FILE}).")
+
+
+def _config_json(config: BiLMConfig) -> str:
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def _read_safetensors(path: Path, config: BiLMConfig) -> Dict[str, Tensor]:
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise WeightsError(f"{path}: file not found; a native biLM directory holds {CONFIG_FILE} and {WEIGHTS_FILE}.")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise WeightsError(f"{path}: not a readable safetensors file ({err}). Is it truncated or of another format?") from None
+    stored = metadata.get("config_json")
+    if stored is not None and stored != _config_json(config):
+        raise WeightsError(
+            f"{path} was written for a different configuration than {path.parent / CONFIG_FILE} "
+            "(an interrupted or mixed copy?). Re-export the biLM."
+        )
+    return tensors
+
+
+def _load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Path) -> None:
+    expected = bilm.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise WeightsError(
+            f"{source} does not match its config: missing tensors {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"unexpected tensors {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}."
+        )
+    for name in expected:  # the model's own order, so the first problem reported is stable
+        tensor, want = tensors[name], tuple(expected[name].shape)
+        if tuple(tensor.shape) != want:
+            raise WeightsError(f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs {want}.")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise WeightsError(f"{source}: tensor {name!r} contains NaN or infinite values.")
+    bilm.load_state_dict({name: t.to(expected[name].dtype) for name, t in tensors.items()})
+
+
+def _write_atomically(path: Path, write) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(temporary)
+        with open(temporary, "rb+") as stream:
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# --- the original release -------------------------------------------------------------------
+
+_TF_GATES = ("i", "j", "f", "o")  # TensorFlow's LSTMCell order; j is the cell input
+_TORCH_GATES = ("i", "f", "j", "o")
+_FORGET_BIAS = 1.0  # TensorFlow's LSTMCell adds it at run time; we fold it into the bias
+
+
+def import_original(options_path: PathLike, weights_path: PathLike, config: Optional[BiLMConfig] = None) -> BiLM:
+    """Build a BiLM from the original ``options.json`` and ``weights.hdf5``."""
+    options_path, weights_path = Path(options_path), Path(weights_path)
+    try:
+        config = config or config_from_options(options_path)
+    except ConfigError as err:
+        raise WeightsError(str(err)) from None
+    bilm = BiLM(config)
+    with _open_hdf5(weights_path) as source:
+        state = _original_state(source, config, weights_path, options_path)
+    _load_state(bilm, state, weights_path)
+    return bilm.eval()
+
+
+def _open_hdf5(path: Path):
+    try:
+        import h5py
+    except ImportError:
+        raise WeightsError("Reading original ELMo weights needs h5py: pip install 'spacy-elmo[h5]'") from None
+    if not path.is_file():
+        raise WeightsError(f"{path}: file not found.")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise WeightsError(f"{path}: not a readable HDF5 file ({err}).") from None
+
+
+def _original_state(source, config: BiLMConfig, path: Path, options_path: Path) -> Dict[str, Tensor]:
+    def read(name: str, shape) -> Tensor:
+        if name not in source:
+            raise WeightsError(f"{path} has no dataset {name!r}: does it belong to {options_path}?")
+        array = source[name][...]
+        if tuple(array.shape) != tuple(shape):
+            raise WeightsError(
+                f"{path}: dataset {name!r} has shape {tuple(array.shape)} but {options_path} implies "
+                f"{tuple(shape)}; the options do not match the weights."
+            )
+        return torch.from_numpy(array).float()
+
+    state: Dict[str, Tensor] = {}
+    embed_dim, n_filters, proj = config.char_embedding_dim, config.n_filters, config.projection_dim
+    chars = read("char_embed", (config.n_characters - 1, embed_dim))
+    state["char_encoder.embedding.weight"] = torch.cat([chars.new_zeros(1, embed_dim), chars])
+    for index, (width, count) in enumerate(config.filters):
+        weight = read(f"CNN/W_cnn_{index}", (1, width, embed_dim, count))
+        state[f"char_encoder.convs.{index}.weight"] = weight[0].permute(2, 1, 0).contiguous()
+        state[f"char_encoder.convs.{index}.bias"] = read(f"CNN/b_cnn_{index}", (count,))
+    for k in range(config.n_highway):
+        prefix, target = f"CNN_high_{k}", f"char_encoder.highways.{k}"
+        # The original calls g "carry" although it scales the transform: g*relu(.) + (1-g)*x.
+        state[f"{target}.gate.weight"] = read(f"{prefix}/W_carry", (n_filters, n_filters)).t().contiguous()
+        state[f"{target}.gate.bias"] = read(f"{prefix}/b_carry", (n_filters,))
+        state[f"{target}.transform.weight"] = read(f"{prefix}/W_transform", (n_filters, n_filters)).t().contiguous()
+        state[f"{target}.transform.bias"] = read(f"{prefix}/b_transform", (n_filters,))
+    state["char_encoder.projection.weight"] = read("CNN_proj/W_proj", (n_filters, proj)).t().contiguous()
+    state["char_encoder.projection.bias"] = read("CNN_proj/b_proj", (proj,))
+    for direction, stack in ((0, "forward_layers"), (1, "backward_layers")):
+        for layer in range(config.n_layers):
+            cell = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            state.update(_original_lstm(read, cell, f"{stack}.{layer}", config))
+    return state
+
+
+def _original_lstm(read, cell: str, target: str, config: BiLMConfig) -> Dict[str, Tensor]:
+    cells, proj = config.lstm_dim, config.projection_dim
+    kernel = read(f"{cell}/W_0", (proj + proj, 4 * cells)).t()  # (4H, I + P), inputs then recurrent
+    bias = read(f"{cell}/B", (4 * cells,)).clone()
+    bias[_TF_GATES.index("f") * cells : (_TF_GATES.index("f") + 1) * cells] += _FORGET_BIAS
+    order = torch.cat([torch.arange(cells) + _TF_GATES.index(g) * cells for g in _TORCH_GATES])
+    kernel, bias = kernel[order], bias[order]
+    return {
+        f"{target}.weight_ih": kernel[:, :proj].contiguous(),
+        f"{target}.weight_hh": kernel[:, proj:].contiguous(),
+        f"{target}.bias": bias,
+        f"{target}.weight_hr": read(f"{cell}/W_P_0", (cells, proj)).t().contiguous(),
+    }

@@ -1,0 +1,162 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_bilm
+from reference_bilm import ReferenceBiLM
+from spacy_elmo import embed_sentences
+from spacy_elmo.batch_invariant import Blocking
+from spacy_elmo.chars import encode_sentences
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog .".split(),
+    "ELMo vectors depend on context .".split(),
+    ["a"],
+    [],
+    "Ünïcödé wörds , emoji 😀 and 中文 mixed in".split(),
+    ("word " * 40).split(),
+]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"residual": False},
+        {"cell_clip": 0.5, "proj_clip": 0.2},
+        {"cell_clip": 1.0, "residual": False, "activation": "tanh", "n_highway": 2, "n_layers": 3},
+    ],
+    ids=["unclipped-residual", "no-residual", "clipped", "tanh-3-layers"],
+)
+def test_every_layer_matches_plain_reference(seeded, overrides):
+    bilm = random_bilm(**overrides)
+    reference = ReferenceBiLM(bilm)
+    for sentence, layers in zip(SENTENCES, embed_sentences(bilm, SENTENCES)):
+        expected, _ = reference.embed(sentence)
+        assert layers.shape == (bilm.config.n_layers + 1, len(sentence), bilm.config.output_dim)
+        assert layers.dtype == np.float32
+        np.testing.assert_allclose(layers, expected, rtol=0, atol=1e-5)
+
+
+def test_stateful_matches_reference_carrying_state(seeded):
+    bilm = random_bilm(cell_clip=2.0, proj_clip=2.0)
+    reference = ReferenceBiLM(bilm)
+    rows = [SENTENCES[0], SENTENCES[4]]
+    states = [None, None]
+    for _ in range(3):
+        got = embed_sentences(bilm, rows, stateful=True)
+        for row, sentence in enumerate(rows):
+            expected, states[row] = reference.embed(sentence, states[row])
+            np.testing.assert_allclose(got[row], expected, rtol=0, atol=1e-5)
+        rows, states = rows[::-1], states[::-1]
+        with torch.inference_mode():  # swap the carried rows along with the sentences
+            bilm.carried_state.h[:] = bilm.carried_state.h.flip(2)
+            bilm.carried_state.c[:] = bilm.carried_state.c.flip(2)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_fused_path_agrees_with_step_loop(seeded, residual):
+    bilm = random_bilm("tiny", residual=residual, lstm_dim=96, projection_dim=24)
+    tokens = torch.randn(sum(len(s) + 2 for s in SENTENCES), 24)
+    lengths = [len(s) + 2 for s in SENTENCES]
+    with torch.no_grad():
+        step, _ = bilm.contextualize(tokens, lengths, path="step")
+        fused, _ = bilm.contextualize(tokens, lengths, path="fused")
+    assert (step - fused).abs().max() < 1e-5
+
+
+def test_fused_path_refuses_clipped_models():
+    bilm = random_bilm(cell_clip=3.0)
+    with torch.no_grad(), pytest.raises(ValueError, match="clips its cells"):
+        bilm.contextualize(torch.zeros(3, 16), [3], path="fused")
+
+
+@pytest.mark.parametrize("clipped", [False, True])
+def test_differentiable_path_agrees_and_trains(seeded, clipped):
+    bilm = random_bilm(**({"cell_clip": 1.0, "proj_clip": 1.0} if clipped else {}))
+    char_ids = torch.from_numpy(encode_sentences(SENTENCES)).long()
+    with torch.no_grad():
+        exact = bilm(char_ids)
+    output = bilm(char_ids)
+    assert output.layers.requires_grad
+    assert (output.layers.detach() - exact.layers).abs().max() < 1e-5
+    output.layers.sum().backward()
+    grads = {name: p.grad for name, p in bilm.named_parameters()}
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values())
+    assert grads["backward_layers.1.weight_hh"].abs().sum() > 0
+
+
+def test_forward_on_padded_batch(seeded):
+    bilm = random_bilm()
+    char_ids = torch.from_numpy(encode_sentences(SENTENCES)).long()
+    with torch.no_grad():
+        output = bilm(char_ids)
+    lengths = [len(s) + 2 for s in SENTENCES]
+    assert output.layers.shape == (3, len(SENTENCES), max(lengths), 32)
+    assert output.mask.sum(1).tolist() == lengths
+    assert (output.layers[:, ~output.mask] == 0).all()
+    singles = [embed_sentences(bilm, [s])[0] for s in SENTENCES]
+    for row, single in enumerate(singles):
+        assert np.array_equal(output.layers[:, row, 1 : lengths[row] - 1].numpy(), single)
+
+
+def test_forward_rejects_gaps():
+    bilm = random_bilm()
+    char_ids = torch.from_numpy(encode_sentences([["a", "b"]])).long()
+    char_ids[0, 1] = 0
+    with torch.no_grad(), pytest.raises(ValueError, match="padding position before a token"):
+        bilm(char_ids)
+
+
+def corpus_like_sentences(count, seed):
+    rng = random.Random(seed)
+    words = "the of and a to in is was he for it with as his on be at by i this had not are but from".split()
+    return [[rng.choice(words) + rng.choice(["", "s", "ed", "ing", "'s"]) for _ in range(rng.randint(0, 45))] for _ in range(count)]
+
+
+@pytest.mark.parametrize(
+    "overrides,path",
+    [({"cell_clip": 3.0, "proj_clip": 3.0}, "step"), ({}, "step"), ({}, "fused")],
+    ids=["clipped-step", "unclipped-step", "unclipped-fused"],
+)
+def test_bitwise_identical_whatever_the_batch(seeded, overrides, path):
+    """The same sentence gives the same bits alone, among others, in any order, under any token
+    budget, with or without the token cache."""
+    bilm = random_bilm(**overrides)
+    if path == "fused":
+        original = bilm.contextualize
+        bilm.contextualize = lambda *a, **k: original(*a, **{**k, "path": "fused"})
+    target = SENTENCES[4]
+    alone = embed_sentences(bilm, [target])[0]
+    rng = random.Random(3)
+    for trial in range(8):
+        others = corpus_like_sentences(rng.randint(1, 70), seed=trial)
+        position = rng.randint(0, len(others))
+        batch = others[:position] + [target] + others[position:]
+        budget = rng.choice([64, 300, 100000])
+        if trial % 2:
+            bilm.token_cache.capacity = 0
+        got = embed_sentences(bilm, batch, max_batch_tokens=budget)[position]
+        bilm.token_cache.capacity = 20000
+        assert np.array_equal(got, alone), f"trial {trial}: {len(batch)} sentences, budget {budget}"
+
+
+def test_other_blockings_agree_to_rounding(seeded):
+    """Other fixed shapes (chunk widths, GEMM blocks) change only the rounding."""
+    bilm = random_bilm(cell_clip=3.0)
+    sentences = corpus_like_sentences(40, seed=5)
+    baseline = embed_sentences(bilm, sentences)
+    bilm.blocking = Blocking(step_columns=32, gemm_rows=128, token_block=32)
+    changed = embed_sentences(bilm, sentences, max_batch_tokens=200)
+    bilm.blocking = None
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed))
+
+
+def test_empty_inputs():
+    bilm = random_bilm()
+    assert embed_sentences(bilm, []) == []
+    assert embed_sentences(bilm, [[]])[0].shape == (3, 0, 32)
+    with pytest.raises(TypeError, match="lists of token strings"):
+        embed_sentences(bilm, [["fine", 3]])

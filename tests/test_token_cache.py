@@ -1,0 +1,63 @@
+import numpy as np
+import torch
+
+from conftest import random_bilm
+from spacy_elmo import embed_sentences
+from spacy_elmo.token_cache import TokenCache
+
+SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "sat"], ["the", "cat", "ran", "far", "away"]]
+
+
+def test_cache_is_bounded_and_least_recently_used():
+    bilm = random_bilm()
+    calls = []
+
+    def encode(strings):
+        calls.append(list(strings))
+        return torch.arange(len(strings), dtype=torch.float32).unsqueeze(1).repeat(1, 4) + len(calls) * 100
+
+    cache = TokenCache(capacity=3)
+    first = cache.lookup(["a", "b", "a"], bilm.char_encoder, encode)
+    assert calls == [["a", "b"]] and torch.equal(first[0], first[2])
+    cache.lookup(["c"], bilm.char_encoder, encode)
+    cache.lookup(["a"], bilm.char_encoder, encode)  # refreshes "a"; "b" is now the oldest
+    cache.lookup(["d"], bilm.char_encoder, encode)
+    assert len(cache) == 3 and calls[-1] == ["d"]
+    cache.lookup(["a", "c", "d"], bilm.char_encoder, encode)
+    assert calls[-1] == ["d"], "a, c, d were all cached"
+    cache.lookup(["b"], bilm.char_encoder, encode)
+    assert calls[-1] == ["b"] and (cache.hits, cache.misses) == (4, 5)
+
+
+def test_batches_larger_than_the_cache_still_work():
+    bilm = random_bilm()
+    sentences = [[f"w{i}" for i in range(50)]]
+    bilm.token_cache = TokenCache(capacity=0)
+    uncached = embed_sentences(bilm, sentences)
+    bilm.token_cache = TokenCache(capacity=7)
+    tiny = embed_sentences(bilm, sentences)
+    assert np.array_equal(uncached[0], tiny[0]) and len(bilm.token_cache) <= 7
+
+
+def test_cached_results_are_bitwise_identical():
+    bilm = random_bilm()
+    bilm.token_cache = TokenCache(capacity=0)
+    without = embed_sentences(bilm, SENTENCES)
+    bilm.token_cache = TokenCache(capacity=100)
+    cold = embed_sentences(bilm, SENTENCES)
+    warm = embed_sentences(bilm, SENTENCES[::-1])[::-1]
+    assert bilm.token_cache.hits > 0
+    for a, b, c in zip(without, cold, warm):
+        assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def test_cache_follows_weight_changes():
+    bilm = random_bilm()
+    before = embed_sentences(bilm, SENTENCES)
+    with torch.no_grad():
+        bilm.char_encoder.projection.bias.add_(1.0)
+    after = embed_sentences(bilm, SENTENCES)
+    bilm.token_cache = TokenCache(capacity=0)
+    fresh = embed_sentences(bilm, SENTENCES)
+    assert not np.allclose(before[0][0], after[0][0])
+    assert all(np.array_equal(a, b) for a, b in zip(after, fresh))
