@@ -1,4 +1,5 @@
 """spacy-elmo: ELMo deep contextualized word representations for spaCy."""
+from .batch_invariant import Blocking
 from .bilm import BiLM, BiLMOutput
 from .config import PRESETS, BiLMConfig, ConfigError, config_from_options
 from .embed import embed_sentences, reset_state
@@ -7,6 +8,6 @@ from .weights import WeightsError, import_original, load_bilm, save_bilm
 __version__ = "0.1.0"
 
 __all__ = [
-    "BiLM", "BiLMOutput", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
+    "BiLM", "BiLMOutput", "Blocking", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
     "embed_sentences", "import_original", "load_bilm", "reset_state", "save_bilm", "__version__",
 ]

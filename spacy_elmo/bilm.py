@@ -23,6 +23,7 @@ from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_rows
 from .chars import CHAR_PAD
 from .config import BiLMConfig
 from .recurrence import LanePlan, LstmState, PackedOrder
+from .token_cache import TokenCache
 
 
 class Highway(nn.Module):
@@ -203,7 +204,15 @@ class BiLMOutput:
 
 
 class BiLM(nn.Module):
-    """The bidirectional language model. See the module docstring for the data flow."""
+    """The bidirectional language model. See the module docstring for the data flow.
+
+    Run-time settings (not saved with the weights):
+        lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
+            step loop), "step" or "fused" (unclipped models only).
+        blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
+        token_cache: token representations by word string (``TokenCache``).
+        carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
+    """
 
     def __init__(self, config: BiLMConfig) -> None:
         super().__init__()
@@ -213,7 +222,10 @@ class BiLM(nn.Module):
         self.forward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.backward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.lm_head = LMHead(config.vocab_size, proj) if config.vocab_size else None
-        self.blocking: Optional[Blocking] = None  # None: chosen for the device at run time
+        self.lstm_path = "auto"
+        self.blocking: Optional[Blocking] = None
+        self.token_cache = TokenCache()
+        self.carried_state: Optional[LstmState] = None
 
     @property
     def device(self) -> torch.device:
@@ -248,7 +260,7 @@ class BiLM(nn.Module):
         tokens: Tensor,
         lengths: Sequence[int],
         initial_state: Optional[LstmState] = None,
-        path: str = "auto",
+        path: Optional[str] = None,
     ) -> Tuple[Tensor, Optional[LstmState]]:
         """Run both LSTM stacks over packed sentences.
 
@@ -256,15 +268,14 @@ class BiLM(nn.Module):
             tokens: (N, P) token representations, sentence after sentence (sentence-major).
             lengths: B sentence lengths summing to N.
             initial_state: per-sentence LSTM state to start from (stateful use); default zeros.
-            path: "step" (exact step loop, any model), "fused" (torch's LSTM kernel, unclipped
-                models only) or "auto" (fused on CUDA for unclipped models, else step).
+            path: overrides ``self.lstm_path`` for this call ("auto", "step" or "fused").
         Returns:
             layers (L+1, N, 2P) and, when ``initial_state`` was given, the state after each
             sentence's last token (for the next call).
         """
         if sum(lengths) != tokens.shape[0]:
             raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
-        run = self._layer_runner(list(lengths), path, initial_state is not None, tokens.device)
+        run = self._layer_runner(list(lengths), path or self.lstm_path, initial_state is not None, tokens.device)
         outputs, finals = {}, {}
         for direction, stack in (("forward", self.forward_layers), ("backward", self.backward_layers)):
             x = tokens
@@ -284,7 +295,7 @@ class BiLM(nn.Module):
     def _layer_runner(self, lengths: List[int], path: str, stateful: bool, device: torch.device):
         """(layer, x (N, I), direction, start state) -> (y (N, P), final state or None)."""
         if path not in ("auto", "step", "fused"):
-            raise ValueError(f"path must be 'auto', 'step' or 'fused', got {path!r}.")
+            raise ValueError(f"The LSTM path must be 'auto', 'step' or 'fused', got {path!r}.")
         clipped = self.config.is_clipped
         if path == "fused" and (clipped or stateful):
             reason = "the model clips its cells or projections" if clipped else "stateful runs need the step loop"

@@ -13,7 +13,6 @@ import torch
 
 from .bilm import BiLM
 from .chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
-from .token_cache import TokenCache
 
 DEFAULT_BATCH_TOKENS = 4096
 
@@ -32,7 +31,8 @@ def embed_sentences(
         stateful: carry each row's LSTM state over from the previous stateful call (row i of
             this call continues row i of the last), as the original TensorFlow biLM did. All
             sentences then run as one batch. ``reset_state(bilm)`` starts afresh.
-        max_batch_tokens: token budget per batch in stateless mode (results do not depend on it).
+        max_batch_tokens: tokens per batch in stateless mode; bounds memory, results do not
+            depend on it.
     Returns:
         One float32 array (L+1, T_i, 2P) per sentence, boundaries removed.
     """
@@ -40,6 +40,8 @@ def embed_sentences(
     _check_tokens(sentences)
     if not sentences:
         return []
+    if max_batch_tokens < 1:
+        raise ValueError(f"max_batch_tokens must be positive, got {max_batch_tokens}.")
     with torch.inference_mode():
         if stateful:
             return _embed_batch(bilm, sentences, stateful=True)
@@ -55,18 +57,10 @@ def reset_state(bilm: BiLM) -> None:
     bilm.carried_state = None
 
 
-def token_cache(bilm: BiLM) -> TokenCache:
-    """The bilm's cache of token representations (created on first use)."""
-    cache = getattr(bilm, "token_cache", None)
-    if cache is None:
-        cache = bilm.token_cache = TokenCache()
-    return cache
-
-
 def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List[np.ndarray]:
     flat = [token for sentence in sentences for token in (BOS_TOKEN, *sentence, EOS_TOKEN)]
     lengths = [len(sentence) + 2 for sentence in sentences]
-    tokens = token_cache(bilm).lookup(flat, bilm.char_encoder, lambda strings: _encode(bilm, strings))
+    tokens = bilm.token_cache.lookup(flat, bilm.char_encoder, lambda strings: _encode(bilm, strings))
     start = _carried_state(bilm, len(sentences)) if stateful else None
     layers, final = bilm.contextualize(tokens, lengths, initial_state=start)
     if stateful:
@@ -85,7 +79,7 @@ def _encode(bilm: BiLM, strings: List[str]) -> torch.Tensor:
 
 
 def _carried_state(bilm: BiLM, rows: int):
-    carried = getattr(bilm, "carried_state", None)
+    carried = bilm.carried_state
     fresh = bilm.new_state(rows)
     if carried is not None:
         keep = min(rows, carried.batch_size)
@@ -95,7 +89,7 @@ def _carried_state(bilm: BiLM, rows: int):
 
 
 def _store_state(bilm: BiLM, final) -> None:
-    carried = getattr(bilm, "carried_state", None)
+    carried = bilm.carried_state
     if carried is not None and carried.batch_size > final.batch_size:
         carried.h[:, :, : final.batch_size] = final.h
         carried.c[:, :, : final.batch_size] = final.c
@@ -104,17 +98,18 @@ def _store_state(bilm: BiLM, final) -> None:
 
 
 def _batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Iterator[List[int]]:
-    """Indices of sentences in batches of similar length, each under the token budget."""
+    """Indices of sentences in batches of similar length, each within the token budget (boundary
+    tokens included; nothing is padded). A sentence longer than the budget runs alone."""
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
     batch: List[int] = []
-    longest = 0
+    total = 0
     for index in order:
         length = len(sentences[index]) + 2
-        longest = max(longest, length)
-        if batch and longest * (len(batch) + 1) > max_batch_tokens:
+        if batch and total + length > max_batch_tokens:
             yield batch
-            batch, longest = [], length
+            batch, total = [], 0
         batch.append(index)
+        total += length
     if batch:
         yield batch
 

@@ -154,9 +154,9 @@ def run_step_loop(
     """Exact, batch-invariant step loop. x (N, I) packed -> (N, P) packed; and with ``start``
     (h (B, P), c (B, H)), the state after each sentence's last token."""
     cells, proj, width = layer.cells, layer.projection_dim, plan.width
-    inputs = matmul_rows(x, layer.weight_ih.t(), blocking.gemm_rows)
-    inputs += layer.bias
-    inputs = torch.cat([inputs, inputs.new_zeros(1, inputs.shape[1])])  # row N feeds idle lanes
+    x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])  # row N feeds idle lanes
+    inputs = matmul_rows(x_ext, layer.weight_ih.t(), blocking.gemm_rows)
+    inputs += layer.bias  # (N + 1, 4H)
     table = plan.tables[direction]
     h = x.new_zeros(len(plan.busy_steps), proj, width)
     c = x.new_zeros(len(plan.busy_steps), cells, width)

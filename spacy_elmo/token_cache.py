@@ -17,14 +17,24 @@ class TokenCache:
     """Up to ``capacity`` rows of width ``dim``; ``capacity=0`` disables caching."""
 
     def __init__(self, capacity: int = 20000) -> None:
-        if capacity < 0:
-            raise ValueError(f"TokenCache capacity must be >= 0, got {capacity}.")
-        self.capacity = capacity
-        self.hits = 0
-        self.misses = 0
         self._slots: "OrderedDict[str, int]" = OrderedDict()
         self._rows: Tensor | None = None
         self._fingerprint: Tuple = ()
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @capacity.setter
+    def capacity(self, value: int) -> None:
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"TokenCache capacity must be an integer >= 0, got {value!r}.")
+        self._capacity = value
+        if len(self._slots) > value or (self._rows is not None and self._rows.shape[0] > value):
+            self.clear()
 
     def __len__(self) -> int:
         return len(self._slots)

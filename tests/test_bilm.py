@@ -125,9 +125,7 @@ def test_bitwise_identical_whatever_the_batch(seeded, overrides, path):
     """The same sentence gives the same bits alone, among others, in any order, under any token
     budget, with or without the token cache."""
     bilm = random_bilm(**overrides)
-    if path == "fused":
-        original = bilm.contextualize
-        bilm.contextualize = lambda *a, **k: original(*a, **{**k, "path": "fused"})
+    bilm.lstm_path = path
     target = SENTENCES[4]
     alone = embed_sentences(bilm, [target])[0]
     rng = random.Random(3)

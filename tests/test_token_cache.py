@@ -61,3 +61,13 @@ def test_cache_follows_weight_changes():
     fresh = embed_sentences(bilm, SENTENCES)
     assert not np.allclose(before[0][0], after[0][0])
     assert all(np.array_equal(a, b) for a, b in zip(after, fresh))
+
+
+def test_shrinking_the_capacity_empties_the_cache():
+    bilm = random_bilm()
+    embed_sentences(bilm, SENTENCES)
+    assert len(bilm.token_cache) == 12  # 10 words, <S>, </S>
+    bilm.token_cache.capacity = 5
+    assert len(bilm.token_cache) == 0
+    embed_sentences(bilm, [SENTENCES[1]])
+    assert len(bilm.token_cache) == 5  # <S>, a, dog, sat, </S>

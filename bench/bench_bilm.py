@@ -1,0 +1,261 @@
+"""Benchmark biLM inference: tokens/s and peak memory of the `original` preset (random weights) on a
+batch of real sentences, each fast path next to a straightforward step loop measured in the same run.
+
+    python bench/bench_bilm.py                              # CPU, 2 threads
+    python bench/bench_bilm.py --device cuda --dtype bf16   # on a GPU, adds bf16 autocast rows
+
+Every configuration runs in its own process (clean peak memory). Writes bench/results/bilm-<device>.json,
+a bar chart next to it, and the device's section of BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+RESULTS = ROOT / "bench" / "results"
+AIM_CPU, AIM_GPU = 500, 300_000
+
+# name, path, clipped, cache, naive
+CONFIGS = [
+    ("straightforward step loop, clipped", "naive", True, False),
+    ("exact step loop, clipped, cache off", "step", True, False),
+    ("exact step loop, clipped, cache warm", "step", True, True),
+    ("straightforward step loop, unclipped", "naive", False, False),
+    ("fused kernel, unclipped, cache off", "fused", False, False),
+    ("fused kernel, unclipped, cache warm", "fused", False, True),
+    ("exact step loop, unclipped, cache warm (CPU default)", "step", False, True),
+]
+
+
+def load_sentences(count: int, seed: int = 0):
+    """`count` real sentences from the held-out corpus, cut by spaCy's English tokenizer and
+    sentencizer; and the words of the first 2,000 training lines (to warm the token cache)."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    sentences = [[t.text for t in sent if not t.is_space] for doc in nlp.pipe(lines) for sent in doc.sents]
+    sentences = [s for s in sentences if 0 < len(s) <= 100]
+    chosen = random.Random(seed).sample(sentences, min(count, len(sentences)))
+    warm_lines = [line for line in (CORPUS / "train.txt").read_text(encoding="utf-8").splitlines() if line.strip()][:2000]
+    warm_words = sorted({t.text for doc in nlp.tokenizer.pipe(warm_lines) for t in doc if not t.is_space})
+    return chosen, warm_words
+
+
+def worker(spec: dict) -> dict:
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from naive_bilm import naive_forward
+
+    from spacy_elmo import BiLM, BiLMConfig, embed_sentences
+    from spacy_elmo.chars import encode_sentences
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    device = torch.device(spec["device"])
+    config = BiLMConfig.preset("original")
+    if not spec["clipped"]:
+        config = config.replace(cell_clip=None, proj_clip=None)
+    bilm = BiLM(config).to(device).eval()
+    sentences, warm_words = load_sentences(spec["sentences"])
+    cache = bilm.token_cache
+    cache.capacity = 20000 if spec["cache"] else 0
+    if spec["cache"]:
+        with torch.inference_mode():
+            for start in range(0, len(warm_words), 2048):
+                cache.lookup(warm_words[start : start + 2048], bilm.char_encoder, lambda s: _encode(bilm, s))
+        cache.hits = cache.misses = 0
+    if spec["path"] == "naive":
+        char_ids = torch.from_numpy(encode_sentences(sentences)).long().to(device)
+        run = lambda: naive_forward(bilm, char_ids)  # noqa: E731
+    else:
+        bilm.lstm_path = spec["path"]
+        run = lambda: embed_sentences(bilm, sentences, max_batch_tokens=10**9)  # noqa: E731
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec["dtype"] == "bf16")
+    baseline_rss = _rss_mb()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    with autocast:
+        for _ in range(spec["repeats"] + 1):  # the first run warms up
+            _sync(device)
+            start = time.perf_counter()
+            result = run()
+            _sync(device)
+            times.append(time.perf_counter() - start)
+    words = sum(len(s) for s in sentences)
+    seconds = statistics.median(times[1:])
+    report = {
+        **spec,
+        "words": words,
+        "seconds": seconds,
+        "tokens_per_s": words / seconds,
+        "peak_rss_mb": _rss_mb(),
+        "model_rss_mb": baseline_rss,
+    }
+    if device.type == "cuda":
+        report["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    if spec["cache"]:
+        lookups = cache.hits + cache.misses
+        report["cache_hit_rate"] = cache.hits / lookups if lookups else None
+    report["check"] = _checksum(result, sentences)
+    return report
+
+
+def _encode(bilm, strings):
+    import torch
+
+    from spacy_elmo.chars import encode_tokens
+
+    return bilm.token_representations(torch.from_numpy(encode_tokens(strings)).long().to(bilm.device))
+
+
+def _checksum(result, sentences) -> float:
+    """Mean |top layer| over the sentences' words, to see that every path computed the same thing."""
+    import numpy as np
+
+    if isinstance(result, list):
+        return float(np.mean([np.abs(r[-1]).mean() for r in result if r.shape[1]]))
+    tops = result[-1].float().cpu().numpy()
+    return float(np.mean([np.abs(tops[i, 1 : len(s) + 1]).mean() for i, s in enumerate(sentences) if s]))
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def machine(device: str, threads: int) -> str:
+    import torch
+
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")), platform.processor())
+    import os
+
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{cpu} ({os.cpu_count()} cores, {simd}), {threads} threads, torch {torch.__version__}"
+
+
+def run_all(args) -> list:
+    configs = list(CONFIGS)
+    if args.device == "cuda":
+        configs = [c for c in configs if c[1] != "naive" or c[2]] + [("fused kernel, unclipped, bf16 autocast", "fused", False, True)]
+    reports = []
+    for name, path, clipped, cache in configs:
+        spec = {
+            "name": name, "path": path, "clipped": clipped, "cache": cache, "device": args.device,
+            "threads": args.threads, "sentences": args.sentences, "repeats": args.repeats,
+            "dtype": "bf16" if "bf16" in name else "fp32",
+        }
+        print(f"... {name}", flush=True)
+        done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"{name} failed:\n{done.stderr}")
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        reports.append(report)
+        print(f"    {report['tokens_per_s']:10.0f} tokens/s   peak RSS {report['peak_rss_mb']:.0f} MB", flush=True)
+    return reports
+
+
+def write_outputs(reports: list, args) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"bilm-{args.device}"
+    header = {"machine": machine(args.device, args.threads), "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "bench/bench_bilm.py", *sys.argv[1:]])}
+    stem.with_suffix(".json").write_text(json.dumps({**header, "results": reports}, indent=2) + "\n")
+    _plot(reports, stem.with_suffix(".png"), AIM_GPU if args.device == "cuda" else AIM_CPU, header["machine"])
+    _update_markdown(reports, header, args)
+
+
+def _plot(reports, path: Path, aim: float, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in reports][::-1]
+    rates = [r["tokens_per_s"] for r in reports][::-1]
+    colours = ["#999999" if "straightforward" in n else "#1f77b4" for n in names]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 1.5))
+    ax.barh(names, rates, color=colours)
+    ax.axvline(aim, color="#d62728", linestyle="--", label=f"aim: {aim:,} tokens/s")
+    for y, rate in enumerate(rates):
+        ax.text(rate, y, f" {rate:,.0f}", va="center")
+    ax.set_xlabel("tokens/s (words, sentence boundaries not counted)")
+    ax.set_title(f"biLM inference, original preset\n{title}", fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _update_markdown(reports, header, args) -> None:
+    words = reports[0]["words"]
+    lines = [
+        f"### biLM inference on {args.device.upper()} ({header['date']})",
+        "",
+        f"Machine: {header['machine']}. `original` preset (93.6M parameters), random weights, "
+        f"{args.sentences} real sentences from shared/data/corpus/valid.txt ({words} words; spaCy tokenizer "
+        f"and sentencizer), one batch; median of {args.repeats} runs after a warm-up. tokens/s counts words "
+        f"(the `<S>`/`</S>` the model also runs are not counted). Cache warm = the token cache filled with "
+        f"the words of 2,000 training lines, then the hit rate on this batch. Command: `{header['command']}`.",
+        "",
+        "| configuration | tokens/s | vs straightforward | peak RSS (MB) | cache hit rate | mean abs top layer |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    baselines = {r["clipped"]: r["tokens_per_s"] for r in reports if r["path"] == "naive"}
+    for r in reports:
+        speedup = r["tokens_per_s"] / baselines[r["clipped"]] if r["clipped"] in baselines else float("nan")
+        hit = f"{r['cache_hit_rate']:.1%}" if r.get("cache_hit_rate") is not None else "-"
+        memory = f"{r['peak_gpu_mb']:.0f} (GPU)" if "peak_gpu_mb" in r else f"{r['peak_rss_mb']:.0f}"
+        lines.append(f"| {r['name']} | {r['tokens_per_s']:,.0f} | {speedup:.1f}x | {memory} | {hit} | {r['check']:.6f} |")
+    lines += ["", f"![biLM inference]({Path('bench/results') / f'bilm-{args.device}.png'})", ""]
+    section = "\n".join(lines)
+    start, end = f"<!-- bench_bilm:{args.device} start -->", f"<!-- bench_bilm:{args.device} end -->"
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n\n"
+    block = f"{start}\n{section}{end}"
+    if start in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sentences", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+    reports = run_all(args)
+    write_outputs(reports, args)
+    print(f"Wrote BENCHMARKS.md and {RESULTS}/bilm-{args.device}.json/.png")
+
+
+if __name__ == "__main__":
+    main()
