@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 
 @torch.inference_mode()
-def naive_forward(bilm, char_ids):
-    """char_ids (B, T, 50) -> layers (L+1, B, T, 2P)."""
+def naive_token_representations(bilm, char_ids):
+    """char_ids (B, T, 50) -> (B, T, P), every position of the padded batch over all 50 chars."""
     encoder, config = bilm.char_encoder, bilm.config
     batch, steps, n_chars = char_ids.shape
     chars = encoder.embedding(char_ids.reshape(batch * steps, n_chars)).transpose(1, 2)
@@ -17,7 +17,15 @@ def naive_forward(bilm, char_ids):
     x = torch.cat([activation(conv(chars).amax(dim=2)) for conv in encoder.convs], dim=1)
     for highway in encoder.highways:
         x = highway(x)
-    tokens = encoder.projection(x).view(batch, steps, -1)
+    return encoder.projection(x).view(batch, steps, -1)
+
+
+@torch.inference_mode()
+def naive_forward(bilm, char_ids):
+    """char_ids (B, T, 50) -> layers (L+1, B, T, 2P)."""
+    config = bilm.config
+    steps = char_ids.shape[1]
+    tokens = naive_token_representations(bilm, char_ids)
     lengths = char_ids.gt(0).any(dim=-1).sum(dim=1)
     reverse = _reverse_index(lengths, steps)
     directions = []

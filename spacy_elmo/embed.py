@@ -36,8 +36,9 @@ def embed_sentences(
     Returns:
         One float32 array (L+1, T_i, 2P) per sentence, boundaries removed.
     """
-    sentences = [list(sentence) for sentence in sentences]
-    _check_tokens(sentences)
+    if isinstance(sentences, str):
+        raise TypeError("embed_sentences takes a list of sentences, each a list of token strings; got one string.")
+    sentences = [_as_tokens(row, sentence) for row, sentence in enumerate(sentences)]
     if not sentences:
         return []
     if max_batch_tokens < 1:
@@ -114,11 +115,13 @@ def _batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Ite
         yield batch
 
 
-def _check_tokens(sentences: List[List[str]]) -> None:
-    for row, sentence in enumerate(sentences):
-        for token in sentence:
-            if not isinstance(token, str):
-                raise TypeError(
-                    f"Sentence {row} holds a {type(token).__name__} ({token!r}); sentences must be "
-                    "lists of token strings."
-                )
+def _as_tokens(row: int, sentence: Sequence[str]) -> List[str]:
+    if isinstance(sentence, str):
+        raise TypeError(f"Sentence {row} is a string ({sentence[:40]!r}); pass it as a list of tokens, e.g. text.split().")
+    tokens = list(sentence)
+    for token in tokens:
+        if not isinstance(token, str):
+            raise TypeError(
+                f"Sentence {row} holds a {type(token).__name__} ({token!r}); sentences must be lists of token strings."
+            )
+    return tokens

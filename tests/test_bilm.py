@@ -158,3 +158,39 @@ def test_empty_inputs():
     assert embed_sentences(bilm, [[]])[0].shape == (3, 0, 32)
     with pytest.raises(TypeError, match="lists of token strings"):
         embed_sentences(bilm, [["fine", 3]])
+    with pytest.raises(TypeError, match=r"Sentence 1 is a string \('not tokenized'\)"):
+        embed_sentences(bilm, [["ok"], "not tokenized"])
+    with pytest.raises(ValueError, match="max_batch_tokens must be positive"):
+        embed_sentences(bilm, [["ok"]], max_batch_tokens=0)
+
+
+def test_fused_path_is_nn_lstm_with_projection(seeded):
+    """The fused path computes what torch.nn.LSTM(proj_size=P) computes with the same weights."""
+    bilm = random_bilm(n_layers=1)
+    layer = bilm.forward_layers[0]
+    lstm = torch.nn.LSTM(16, layer.cells, proj_size=16, batch_first=True)
+    with torch.no_grad():
+        for ours, theirs in [("weight_ih", "weight_ih_l0"), ("weight_hh", "weight_hh_l0"), ("bias", "bias_ih_l0"), ("weight_hr", "weight_hr_l0")]:
+            getattr(lstm, theirs).copy_(getattr(layer, ours))
+        lstm.bias_hh_l0.zero_()
+        tokens = torch.randn(7, 16)
+        expected, _ = lstm(tokens.unsqueeze(0))
+        layers, _ = bilm.contextualize(tokens, [7], path="fused")
+    assert (layers[1, :, :16] - expected[0]).abs().max() < 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clipped,path", [(True, "step"), (False, "step"), (False, "fused")])
+def test_bitwise_identical_at_original_size(clipped, path):
+    """At the published sizes MKL and ATen split work across threads; still the same bits."""
+    from spacy_elmo import BiLM, BiLMConfig
+
+    torch.manual_seed(0)
+    config = BiLMConfig.preset("original") if clipped else BiLMConfig.preset("original", cell_clip=None, proj_clip=None)
+    bilm = BiLM(config).eval()
+    bilm.lstm_path = path
+    target = SENTENCES[0]
+    alone = embed_sentences(bilm, [target])[0]
+    others = corpus_like_sentences(24, seed=11)
+    got = embed_sentences(bilm, others[:9] + [target] + others[9:])[9]
+    assert np.array_equal(got, alone)
