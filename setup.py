@@ -32,7 +32,11 @@ setup(
     extras_require={
         "h5": ["h5py>=3.8"],
         "cuda12x": ["cupy-cuda12x>=12"],
-        "dev": ["pytest>=7", "h5py>=3.8", "hypothesis>=6"],
+        "dev": ["pytest>=7", "h5py>=3.8", "hypothesis>=6", "matplotlib>=3.5", "build>=1.0"],
     },
-    entry_points={"console_scripts": ["spacy-elmo = spacy_elmo.cli:app"]},
+    entry_points={
+        "spacy_factories": ["elmo = spacy_elmo.component:make_elmo"],
+        "spacy_architectures": ["spacy-elmo.BiLM.v1 = spacy_elmo.layers:build_bilm"],
+        "console_scripts": ["spacy-elmo = spacy_elmo.cli:app"],
+    },
 )

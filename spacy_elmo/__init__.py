@@ -1,6 +1,8 @@
 """spacy-elmo: ELMo deep contextualized word representations for spaCy."""
+from .attributes import install_vector_hooks
 from .batch_invariant import Blocking
 from .bilm import BiLM, BiLMOutput
+from .component import Elmo
 from .config import PRESETS, BiLMConfig, ConfigError, config_from_options
 from .embed import embed_sentences, reset_state
 from .weights import WeightsError, import_original, load_bilm, save_bilm
@@ -8,6 +10,6 @@ from .weights import WeightsError, import_original, load_bilm, save_bilm
 __version__ = "0.1.0"
 
 __all__ = [
-    "BiLM", "BiLMOutput", "Blocking", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
+    "BiLM", "BiLMOutput", "Blocking", "Elmo", "install_vector_hooks", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
     "embed_sentences", "import_original", "load_bilm", "reset_state", "save_bilm", "__version__",
 ]

@@ -1,4 +1,4 @@
-"""Command line: python -m spacy_elmo convert | info."""
+"""Command line: python -m spacy_elmo convert | info | embed."""
 from __future__ import annotations
 
 import json
@@ -37,6 +37,28 @@ def info(path: Path = typer.Argument(..., help="A native biLM directory.")) -> N
         msg.fail("Cannot load the biLM", str(err), exits=1)
     msg.info(_describe(bilm))
     print(json.dumps(bilm.config.to_dict(), indent=2))
+
+
+@app.command()
+def embed(
+    input_file: Path = typer.Argument(..., help="UTF-8 text, one sentence or paragraph per line."),
+    output_file: Path = typer.Argument(..., help="HDF5 file to write: a dataset per line + sentence_to_index."),
+    pipeline: str = typer.Option(..., "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."),
+    layers: str = typer.Option("all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."),
+    tokenized: bool = typer.Option(False, "--tokenized", help="Lines are already tokenized: split on whitespace."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Lines per batch (nlp.pipe)."),
+) -> None:
+    """Embed every line of a text file with an ELMo pipeline into HDF5."""
+    import spacy
+
+    from .export import embed_file
+
+    try:
+        nlp = spacy.load(pipeline)
+        count = embed_file(nlp, input_file, output_file, layers=layers, tokenized=tokenized, batch_size=batch_size)
+    except (OSError, ValueError) as err:
+        msg.fail("Embedding failed", str(err), exits=1)
+    msg.good(f"Wrote {count} lines to {output_file}")
 
 
 def _describe(bilm) -> str:

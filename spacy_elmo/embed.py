@@ -47,7 +47,7 @@ def embed_sentences(
         if stateful:
             return _embed_batch(bilm, sentences, stateful=True)
         results: List[np.ndarray] = [None] * len(sentences)  # type: ignore[list-item]
-        for batch in _batches_by_length(sentences, max_batch_tokens):
+        for batch in batches_by_length(sentences, max_batch_tokens):
             for index, layers in zip(batch, _embed_batch(bilm, [sentences[i] for i in batch], stateful=False)):
                 results[index] = layers
         return results
@@ -58,7 +58,12 @@ def reset_state(bilm: BiLM) -> None:
     bilm.carried_state = None
 
 
-def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List[np.ndarray]:
+def contextual_layers(bilm: BiLM, sentences: List[List[str]], stateful: bool = False) -> torch.Tensor:
+    """All layers of a batch of sentences, on the bilm's device, boundaries included.
+
+    Returns:
+        (L+1, N, 2P): sentence after sentence, each as ``<S>``, its tokens, ``</S>``.
+    """
     flat = [token for sentence in sentences for token in (BOS_TOKEN, *sentence, EOS_TOKEN)]
     lengths = [len(sentence) + 2 for sentence in sentences]
     tokens = bilm.token_cache.lookup(flat, bilm.char_encoder, lambda strings: _encode(bilm, strings))
@@ -66,12 +71,22 @@ def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List
     layers, final = bilm.contextualize(tokens, lengths, initial_state=start)
     if stateful:
         _store_state(bilm, final)
-    host = layers.float().cpu().numpy()
+    return layers
+
+
+def split_sentences(layers, lengths: Sequence[int]) -> list:
+    """(L+1, N, 2P) from ``contextual_layers`` -> one (L+1, T_i, 2P) view per sentence, boundaries
+    removed; ``lengths`` are the sentences' token counts without boundaries."""
     results, offset = [], 0
     for length in lengths:
-        results.append(np.ascontiguousarray(host[:, offset + 1 : offset + length - 1]))
-        offset += length
+        results.append(layers[:, offset + 1 : offset + length + 1])
+        offset += length + 2
     return results
+
+
+def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List[np.ndarray]:
+    host = contextual_layers(bilm, sentences, stateful).float().cpu().numpy()
+    return [np.ascontiguousarray(part) for part in split_sentences(host, [len(s) for s in sentences])]
 
 
 def _encode(bilm: BiLM, strings: List[str]) -> torch.Tensor:
@@ -98,7 +113,7 @@ def _store_state(bilm: BiLM, final) -> None:
         bilm.carried_state = final
 
 
-def _batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Iterator[List[int]]:
+def batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Iterator[List[int]]:
     """Indices of sentences in batches of similar length, each within the token budget (boundary
     tokens included; nothing is padded). A sentence longer than the budget runs alone."""
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)

@@ -56,7 +56,7 @@ def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> 
     config = read_config(directory / CONFIG_FILE)
     tensors = _read_safetensors(directory / WEIGHTS_FILE, config)
     bilm = BiLM(config)
-    _load_state(bilm, tensors, directory / WEIGHTS_FILE)
+    load_state(bilm, tensors, directory / WEIGHTS_FILE)
     return bilm.to(device or "cpu").eval()
 
 
@@ -113,7 +113,8 @@ def _read_safetensors(path: Path, config: BiLMConfig) -> Dict[str, Tensor]:
     return tensors
 
 
-def _load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Path) -> None:
+def load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Union[Path, str]) -> None:
+    """Load ``tensors`` into ``bilm`` after checking names, shapes and values; errors name ``source``."""
     expected = bilm.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
@@ -161,7 +162,7 @@ def import_original(options_path: PathLike, weights_path: PathLike, config: Opti
     bilm = BiLM(config)
     with _open_hdf5(weights_path) as source:
         state = _original_state(source, config, weights_path, options_path)
-    _load_state(bilm, state, weights_path)
+    load_state(bilm, state, weights_path)
     return bilm.eval()
 
 

@@ -51,3 +51,23 @@ def random_bilm(preset="tiny", **overrides):
                 param.normal_(0, 0.3)
         bilm.char_encoder.embedding.weight[0] = 0
     return bilm.eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_weights(tmp_path_factory):
+    """A native biLM directory with random tiny weights."""
+    from spacy_elmo import save_bilm
+
+    torch.manual_seed(99)
+    return save_bilm(random_bilm(), tmp_path_factory.mktemp("weights") / "tiny")
+
+
+def make_nlp(weights, sentencizer=True, **config):
+    import spacy
+
+    nlp = spacy.blank("en")
+    if sentencizer:
+        nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(weights), **config})
+    nlp.initialize()
+    return nlp

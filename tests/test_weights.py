@@ -148,7 +148,9 @@ def test_original_weights_not_hdf5(tmp_path, fixture_dir):
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], capture_output=True, text=True)
+    result.stdout = " ".join(result.stdout.split())  # messages wrap at the terminal width
+    return result
 
 
 def test_convert_cli(tmp_path, fixture_dir, fixture_bilm, fixture_sentences):
@@ -158,7 +160,7 @@ def test_convert_cli(tmp_path, fixture_dir, fixture_bilm, fixture_sentences):
     batch = [fixture_sentences[2][0]]
     assert np.array_equal(embed_sentences(loaded, batch)[0], embed_sentences(fixture_bilm, batch)[0])
     info = run_cli("info", tmp_path / "out")
-    assert info.returncode == 0 and '"lstm_dim": 64' in info.stdout
+    assert info.returncode == 0 and '"lstm_dim": 64,' in info.stdout
 
 
 def test_convert_cli_reports_errors(tmp_path, fixture_dir):

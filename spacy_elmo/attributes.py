@@ -1,0 +1,139 @@
+"""What users read off a Doc: the ELMo extensions and the vector hooks.
+
+The ``elmo`` component stores every layer of every token in ``doc._.elmo_data`` (L+1, n, 2P) and
+its mix in ``doc._.elmo_mix``; everything else is computed from them on access:
+
+- ``token._.elmo_layers`` (L+1, 2P); ``token._.elmo`` (2P,): gamma * sum_j w_j * h_j.
+- ``span._.elmo``, ``doc._.elmo`` (2P,): the tokens' mixed vectors pooled (mean or max) over the
+  tokens that are not whitespace (whitespace tokens are not shown to the biLM; they get zeros).
+- vector hooks: ``token.vector``, ``span.vector``, ``doc.vector``, ``has_vector``, ``vector_norm``
+  and ``.similarity`` (cosine) backed by the above. The hooks are module-level functions, so docs
+  pickle; ``install_vector_hooks(doc)`` puts them back on docs rebuilt from bytes.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+from spacy.tokens import Doc, Span, Token
+
+POOLINGS = ("mean", "max")
+
+
+def mix_spec(n_layers: int, layer_weights: Optional[Sequence[float]], gamma: float, pooling: str) -> Dict[str, Any]:
+    """Validated mix settings: ``layer_weights`` (one per layer, default the average), ``gamma``,
+    ``pooling``."""
+    if layer_weights is None:
+        layer_weights = [1.0 / n_layers] * n_layers
+    layer_weights = [float(w) for w in layer_weights]
+    if len(layer_weights) != n_layers:
+        raise ValueError(
+            f"layer_weights has {len(layer_weights)} values but the biLM has {n_layers} layers "
+            "(the token layer and each LSTM layer); give one weight per layer."
+        )
+    if not all(np.isfinite(layer_weights)) or not np.isfinite(gamma):
+        raise ValueError(f"layer_weights and gamma must be finite, got {layer_weights} and {gamma}.")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
+    return {"layer_weights": layer_weights, "gamma": float(gamma), "pooling": pooling}
+
+
+def mix_layers(layers: np.ndarray, spec: Dict[str, Any]) -> np.ndarray:
+    """(L+1, n, 2P) -> (n, 2P): gamma * sum_j w_j * layers[j]."""
+    weights = np.asarray(spec["layer_weights"], dtype=np.float32) * np.float32(spec["gamma"])
+    return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)
+
+
+def register_extensions() -> None:
+    """Add the extensions (once; an existing extension of the same name is left alone)."""
+    for cls, name, kwargs in (
+        (Doc, "elmo_data", {"default": None}),
+        (Doc, "elmo_mix", {"default": None}),
+        (Doc, "elmo", {"getter": doc_elmo}),
+        (Span, "elmo", {"getter": span_elmo}),
+        (Token, "elmo", {"getter": token_elmo}),
+        (Token, "elmo_layers", {"getter": token_elmo_layers}),
+    ):
+        if not cls.has_extension(name):
+            cls.set_extension(name, **kwargs)
+
+
+def _data(doc: Doc) -> np.ndarray:
+    layers = doc._.elmo_data
+    if layers is None:
+        raise ValueError(
+            "This Doc has no ELMo layers: run it through a pipeline with the 'elmo' component "
+            "(nlp.add_pipe('elmo', ...)), or keep user data when serializing it."
+        )
+    return layers
+
+
+def _spec(doc: Doc, layers: np.ndarray) -> Dict[str, Any]:
+    return doc._.elmo_mix or mix_spec(layers.shape[0], None, 1.0, "mean")
+
+
+def token_elmo_layers(token: Token) -> np.ndarray:
+    return _data(token.doc)[:, token.i]
+
+
+def token_elmo(token: Token) -> np.ndarray:
+    layers = _data(token.doc)
+    return mix_layers(layers[:, token.i : token.i + 1], _spec(token.doc, layers))[0]
+
+
+def span_elmo(span: Span) -> np.ndarray:
+    return _pooled(span.doc, span.start, span.end)
+
+
+def doc_elmo(doc: Doc) -> np.ndarray:
+    return _pooled(doc, 0, len(doc))
+
+
+def _pooled(doc: Doc, start: int, end: int) -> np.ndarray:
+    layers = _data(doc)
+    spec = _spec(doc, layers)
+    keep = [i for i in range(start, end) if not doc[i].is_space]
+    if not keep:
+        return np.zeros(layers.shape[-1], dtype=np.float32)
+    mixed = mix_layers(layers[:, keep], spec)
+    return mixed.max(axis=0) if spec["pooling"] == "max" else mixed.mean(axis=0)
+
+
+# --- vector hooks -------------------------------------------------------------------------------
+
+
+def install_vector_hooks(doc: Doc) -> Doc:
+    """Make ``vector``, ``has_vector``, ``vector_norm`` and ``similarity`` of the doc, its spans and
+    tokens use ELMo. (No span ``vector_norm`` hook: spaCy computes that one from the vector.)"""
+    doc.user_hooks.update(vector=doc_elmo, has_vector=_doc_has_vector, vector_norm=_norm, similarity=_similarity)
+    doc.user_span_hooks.update(vector=span_elmo, has_vector=_span_has_vector, similarity=_similarity)
+    doc.user_token_hooks.update(vector=token_elmo, has_vector=_token_has_vector, vector_norm=_norm, similarity=_similarity)
+    return doc
+
+
+def _token_has_vector(token: Token) -> bool:
+    return token.doc._.elmo_data is not None and not token.is_space
+
+
+def _span_has_vector(span: Span) -> bool:
+    return any(_token_has_vector(token) for token in span)
+
+
+def _doc_has_vector(doc: Doc) -> bool:
+    return any(_token_has_vector(token) for token in doc)
+
+
+def _norm(obj: Any) -> float:
+    return float(np.linalg.norm(obj.vector))
+
+
+def _similarity(obj: Any, other: Any) -> float:
+    """Cosine similarity of the two objects' vectors; 0.0 when either is all zeros."""
+    mine, theirs = np.asarray(obj.vector), np.asarray(other.vector)
+    if mine.shape != theirs.shape:
+        raise ValueError(
+            f"Cannot compare a {mine.shape[0]}-dimensional ELMo vector with a {theirs.shape[0]}-dimensional "
+            f"vector of {type(other).__name__} {str(other)[:30]!r} (from another pipeline?)."
+        )
+    norms = float(np.linalg.norm(mine)) * float(np.linalg.norm(theirs))
+    return float(np.dot(mine, theirs) / norms) if norms else 0.0

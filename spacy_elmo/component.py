@@ -1,0 +1,198 @@
+"""The ``elmo`` pipe: contextual vectors for every token, sentence and doc.
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": "path/to/bilm"})
+    nlp.initialize()
+
+The biLM sees one sentence at a time (with ``<S>``/``</S>``) when sentence boundaries are set,
+otherwise windows of at most ``max_sentence_length`` tokens; whitespace tokens are left out of its
+input and get zero vectors. ``nlp.pipe`` sorts the sentences of a batch of docs by length and runs
+them in batches of at most ``max_batch_tokens`` tokens, so memory stays bounded whatever the doc
+length. Results are set as described in ``attributes``.
+"""
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example
+from spacy.vocab import Vocab
+from thinc.api import Config, Model
+
+from .attributes import install_vector_hooks, mix_layers, mix_spec, register_extensions
+from .embed import batches_by_length
+from .layers import get_bilm, set_bilm
+from .weights import load_bilm
+
+DEFAULT_MODEL = Config().from_str(
+    """
+    [model]
+    @architectures = "spacy-elmo.BiLM.v1"
+    preset = "small"
+    """
+)["model"]
+
+# A segment of a doc the biLM reads as one sentence: (doc position, token indices).
+Segment = Tuple[int, np.ndarray]
+
+
+@Language.factory(
+    "elmo",
+    default_config={
+        "model": DEFAULT_MODEL,
+        "weights": None,
+        "layer_weights": None,
+        "gamma": 1.0,
+        "pooling": "mean",
+        "set_vector_hooks": True,
+        "max_sentence_length": 256,
+        "max_batch_tokens": 4096,
+    },
+    assigns=["doc._.elmo_data", "doc._.elmo_mix", "doc.tensor"],
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model,
+    weights: Optional[str],
+    layer_weights: Optional[List[float]],
+    gamma: float,
+    pooling: str,
+    set_vector_hooks: bool,
+    max_sentence_length: int,
+    max_batch_tokens: int,
+) -> "Elmo":
+    return Elmo(
+        nlp.vocab, model, name, weights=weights, layer_weights=layer_weights, gamma=gamma, pooling=pooling,
+        set_vector_hooks=set_vector_hooks, max_sentence_length=max_sentence_length, max_batch_tokens=max_batch_tokens,
+    )
+
+
+class Elmo(TrainablePipe):
+    """Runs a pretrained biLM over docs; see the module docstring. The biLM is frozen: spaCy does
+    not train it (list the component in ``frozen_components``)."""
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        weights: Optional[str] = None,
+        layer_weights: Optional[List[float]] = None,
+        gamma: float = 1.0,
+        pooling: str = "mean",
+        set_vector_hooks: bool = True,
+        max_sentence_length: int = 256,
+        max_batch_tokens: int = 4096,
+    ) -> None:
+        for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"elmo: {setting} must be a positive integer, got {value!r}.")
+        mix_spec(len(layer_weights) if layer_weights else 1, layer_weights, gamma, pooling)  # fail early
+        register_extensions()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.cfg: Dict[str, Any] = {
+            "weights": str(weights) if weights else None,
+            "layer_weights": layer_weights,
+            "gamma": gamma,
+            "pooling": pooling,
+            "set_vector_hooks": set_vector_hooks,
+            "max_sentence_length": max_sentence_length,
+            "max_batch_tokens": max_batch_tokens,
+        }
+        self._warned_update = False
+
+    @property
+    def bilm(self):
+        """The torch BiLM this component runs."""
+        return get_bilm(self.model)
+
+    @property
+    def mix(self) -> Dict[str, Any]:
+        """The default mix of layers: layer_weights, gamma, pooling."""
+        n_layers = self.bilm.config.n_output_layers
+        return mix_spec(n_layers, self.cfg["layer_weights"], self.cfg["gamma"], self.cfg["pooling"])
+
+    def initialize(
+        self,
+        get_examples: Optional[Callable[[], Iterable[Example]]] = None,
+        *,
+        nlp: Optional[Language] = None,
+        weights: Optional[Union[str, Path]] = None,
+    ) -> None:
+        """Load the biLM from ``weights`` (a native biLM directory: ``convert`` or pretraining
+        output), given here or in the component's config. Its sizes replace the architecture's."""
+        path = weights or self.cfg["weights"]
+        if not path:
+            raise ValueError(
+                "The elmo component needs biLM weights to initialize: nlp.add_pipe('elmo', "
+                "config={'weights': PATH}), or weights = PATH under [initialize.components.elmo], "
+                "PATH being a directory written by `python -m spacy_elmo convert` or by pretraining."
+            )
+        set_bilm(self.model, load_bilm(path))
+        self.model.attrs["has_weights"] = True
+        self.cfg["weights"] = str(path)
+        self.mix  # check layer_weights against the loaded biLM
+
+    def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
+        """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
+        docs = list(docs)
+        self._require_weights()
+        bilm_config = self.bilm.config
+        outputs = [np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs]
+        segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]
+        words = [[docs[position][int(i)].text for i in indices] for position, indices in segments]
+        for batch in batches_by_length(words, self.cfg["max_batch_tokens"]):
+            layers = self.model.predict([words[i] for i in batch])
+            for index, sentence_layers in zip(batch, layers):
+                position, indices = segments[index]
+                outputs[position][:, indices] = self.model.ops.to_numpy(sentence_layers)
+        return outputs
+
+    def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
+        mix = self.mix
+        for doc, doc_layers in zip(docs, layers):
+            doc._.elmo_data = doc_layers
+            doc._.elmo_mix = mix
+            if self.cfg["set_vector_hooks"]:
+                install_vector_hooks(doc)
+                doc.tensor = mix_layers(doc_layers, mix)
+
+    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None) -> Dict[str, float]:
+        """The biLM is frozen inside spaCy: nothing to update."""
+        if not self._warned_update:
+            warnings.warn(
+                f"'{self.name}' (elmo) is not trained by spaCy; list it in [training] frozen_components "
+                "(and annotating_components if later components read its output).",
+                stacklevel=2,
+            )
+            self._warned_update = True
+        return losses if losses is not None else {}
+
+    def _require_weights(self) -> None:
+        if not self.model.attrs.get("has_weights"):
+            raise ValueError(
+                f"The '{self.name}' component has no biLM weights yet: call nlp.initialize() with "
+                "weights configured (nlp.add_pipe('elmo', config={'weights': PATH})), or load a saved "
+                "pipeline with spacy.load."
+            )
+
+    def _segments(self, position: int, doc: Doc) -> List[Segment]:
+        """The doc's sentences (or windows, without sentence boundaries), whitespace tokens left
+        out, cut into pieces of at most max_sentence_length tokens."""
+        longest = self.cfg["max_sentence_length"]
+        spans = doc.sents if doc.has_annotation("SENT_START") else [doc[:]]
+        segments = []
+        for span in spans:
+            indices = np.array([token.i for token in span if not token.is_space], dtype=np.int64)
+            for start in range(0, len(indices), longest):
+                segments.append((position, indices[start : start + longest]))
+        return segments

@@ -1,0 +1,126 @@
+"""thinc layers: the torch biLM behind thinc's PyTorchWrapper.
+
+``spacy-elmo.BiLM.v1`` maps a batch of sentences (token strings) to their layers, one
+``(L+1, T_i, 2P)`` array per sentence on the current device (cupy on GPU: tensors cross by DLPack,
+no host copy). The wrapped module serializes as safetensors plus its BiLMConfig, so loading
+rebuilds the network at the sizes of the stored weights and nothing is unpickled.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, List, Optional, Tuple
+
+import srsly
+import torch
+from spacy.util import registry
+from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp
+from thinc.types import Floats3d
+from torch import nn
+
+from .bilm import BiLM
+from .config import BiLMConfig
+from .embed import contextual_layers, split_sentences
+
+Sentences = List[List[str]]
+
+_IMPORTED_IN = os.getpid()
+
+
+class SentenceEncoder(nn.Module):
+    """The torch module thinc wraps: sentences (token strings) -> layers (L+1, N, 2P), boundaries
+    included, through the bilm's token cache."""
+
+    def __init__(self, bilm: BiLM) -> None:
+        super().__init__()
+        self.bilm = bilm
+
+    def forward(self, sentences: Sentences) -> torch.Tensor:
+        _single_thread_after_fork()
+        return contextual_layers(self.bilm, sentences)
+
+
+def _single_thread_after_fork() -> None:
+    """In a process forked from the one that imported us (``nlp.pipe(n_process=...)``), run torch
+    on one thread: the parent's OpenMP thread pool does not survive ``fork``, and a parallel region
+    would wait for it forever. Results do not depend on the thread count."""
+    if os.getpid() != _IMPORTED_IN and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+@registry.architectures("spacy-elmo.BiLM.v1")
+def build_bilm(
+    preset: str = "small",
+    projection_dim: Optional[int] = None,
+    lstm_dim: Optional[int] = None,
+    n_layers: Optional[int] = None,
+    n_highway: Optional[int] = None,
+    char_embedding_dim: Optional[int] = None,
+) -> Model[Sentences, List[Floats3d]]:
+    """``spacy-elmo.BiLM.v1``: a biLM sized by ``preset``, with any size given explicitly overriding
+    it. Weights loaded later (``initialize`` with weights, or a saved pipeline) bring their own
+    sizes and replace these."""
+    sizes = {
+        "projection_dim": projection_dim, "lstm_dim": lstm_dim, "n_layers": n_layers,
+        "n_highway": n_highway, "char_embedding_dim": char_embedding_dim,
+    }
+    config = BiLMConfig.preset(preset, **{k: v for k, v in sizes.items() if v is not None})
+    return PyTorchWrapper_v3(
+        SentenceEncoder(BiLM(config).eval()),
+        convert_inputs=_sentences_in,
+        convert_outputs=_layers_out,
+        serialize_model=serialize_encoder,
+        deserialize_model=deserialize_encoder,
+    )
+
+
+def get_bilm(model: Model) -> BiLM:
+    """The torch BiLM inside a ``spacy-elmo.BiLM.v1`` model."""
+    return model.shims[0]._model.bilm
+
+
+def set_bilm(model: Model, bilm: BiLM) -> None:
+    """Put ``bilm`` (any size) into a ``spacy-elmo.BiLM.v1`` model, on the device of the one it
+    replaces."""
+    device = get_bilm(model).device
+    model.shims[0]._model = SentenceEncoder(bilm.to(device).eval())
+
+
+def _sentences_in(model: Model, sentences: Sentences, is_train: bool) -> Tuple[ArgsKwargs, Any]:
+    def backprop(d_inputs: Any) -> Sentences:
+        return []
+
+    return ArgsKwargs(args=(sentences,), kwargs={}), backprop
+
+
+def _layers_out(model: Model, inputs_outputs: Tuple[Sentences, torch.Tensor], is_train: bool):
+    sentences, layers = inputs_outputs
+    packed = torch2xp(layers.float())
+    per_sentence = split_sentences(packed, [len(sentence) for sentence in sentences])
+
+    def backprop(d_layers: List[Floats3d]) -> ArgsKwargs:
+        raise NotImplementedError(
+            "The elmo biLM is frozen inside spaCy: list the component in [training] "
+            "frozen_components, and pretrain or fine-tune the biLM with training/pretrain.py."
+        )
+
+    return per_sentence, backprop
+
+
+def serialize_encoder(encoder: SentenceEncoder) -> bytes:
+    from safetensors.torch import save
+
+    bilm = encoder.bilm
+    state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in bilm.state_dict().items()}
+    return srsly.msgpack_dumps({"config": json.dumps(bilm.config.to_dict()), "weights": save(state)})
+
+
+def deserialize_encoder(encoder: SentenceEncoder, data: bytes, device: torch.device) -> SentenceEncoder:
+    from safetensors.torch import load
+
+    from .weights import load_state
+
+    message = srsly.msgpack_loads(data)
+    bilm = BiLM(BiLMConfig.from_dict(json.loads(message["config"])))
+    load_state(bilm, load(message["weights"]), "the pipeline's elmo model")
+    return SentenceEncoder(bilm.to(device).eval())

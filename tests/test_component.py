@@ -1,0 +1,233 @@
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from conftest import make_nlp
+from spacy_elmo import embed_sentences, install_vector_hooks, load_bilm, save_bilm
+
+TEXT = "The bank raised its rates. We sat on the bank of the river and watched the boats."
+
+
+@pytest.fixture(scope="module")
+def nlp(tiny_weights):
+    return make_nlp(tiny_weights)
+
+
+def cosine(a, b):
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_factory_and_architecture_come_from_entry_points(tiny_weights):
+    script = (
+        "import sys, spacy\n"
+        "nlp = spacy.blank('en')\n"
+        f"nlp.add_pipe('elmo', config={{'weights': {str(tiny_weights)!r}}})\n"
+        "assert 'spacy_elmo' in sys.modules\n"
+        "nlp.initialize()\n"
+        "print(nlp('entry points work')._.elmo_data.shape)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(3, 3, 32)"
+
+
+def test_attributes_have_the_documented_shapes(nlp):
+    doc = nlp(TEXT)
+    assert doc._.elmo_data.shape == (3, len(doc), 32) and doc._.elmo_data.dtype == np.float32
+    assert doc[1]._.elmo_layers.shape == (3, 32)
+    for value in (doc[1]._.elmo, doc[2:5]._.elmo, doc._.elmo, doc[1].vector, doc[2:5].vector, doc.vector):
+        assert value.shape == (32,) and value.dtype == np.float32
+    assert isinstance(doc._.elmo_data, np.ndarray)
+
+
+def test_default_mix_is_the_average_of_all_layers(nlp):
+    doc = nlp(TEXT)
+    token = doc[1]
+    np.testing.assert_allclose(token._.elmo, token._.elmo_layers.mean(axis=0), rtol=1e-6, atol=1e-7)
+    sentence = list(doc.sents)[0]
+    words = [t for t in sentence]
+    np.testing.assert_allclose(sentence._.elmo, np.mean([t._.elmo for t in words], axis=0), rtol=1e-5, atol=1e-7)
+
+
+def test_configured_mix_and_max_pooling(tiny_weights):
+    nlp = make_nlp(tiny_weights, layer_weights=[0.0, 0.0, 1.0], gamma=2.0, pooling="max")
+    doc = nlp(TEXT)
+    np.testing.assert_allclose(doc[3]._.elmo, 2.0 * doc._.elmo_data[-1, 3], rtol=1e-6)
+    span = doc[0:5]
+    np.testing.assert_allclose(span._.elmo, np.max([t._.elmo for t in span], axis=0))
+
+
+def test_vectors_and_similarity_use_elmo(nlp):
+    doc = nlp(TEXT)
+    bank, other_bank = doc[1], doc[11]
+    assert np.array_equal(bank.vector, bank._.elmo)
+    first, second = list(doc.sents)
+    assert np.array_equal(first.vector, first._.elmo) and np.array_equal(doc.vector, doc._.elmo)
+    assert bank.has_vector and first.has_vector and doc.has_vector
+    assert bank.similarity(other_bank) == pytest.approx(cosine(bank._.elmo, other_bank._.elmo))
+    assert first.similarity(second) == pytest.approx(cosine(first._.elmo, second._.elmo))
+    assert doc.similarity(first) == pytest.approx(cosine(doc._.elmo, first._.elmo))
+    assert bank.vector_norm == pytest.approx(float(np.linalg.norm(bank._.elmo)))
+    assert not np.array_equal(bank.vector, other_bank.vector), "the same word in another context"
+
+
+def test_sentence_vectors_differ_from_doc_vector(nlp):
+    doc = nlp(TEXT)
+    sentences = list(doc.sents)
+    assert len(sentences) == 2
+    assert not np.allclose(sentences[0]._.elmo, doc._.elmo)
+    assert not np.allclose(sentences[0]._.elmo, sentences[1]._.elmo)
+
+
+def test_same_sentence_in_different_docs_is_identical(nlp):
+    first = nlp("Prices fell sharply. The cat sat on the mat.")
+    second = nlp("The cat sat on the mat. Nothing else happened today, as far as anyone knows.")
+    a = first._.elmo_data[:, 4:11]
+    b = second._.elmo_data[:, 0:7]
+    assert [t.text for t in first[4:11]] == [t.text for t in second[0:7]]
+    assert np.array_equal(a, b)
+
+
+def test_component_layers_equal_the_bilm_outputs(tmp_path, fixture_bilm, fixture_sentences):
+    save_bilm(fixture_bilm, tmp_path / "converted")
+    nlp = make_nlp(tmp_path / "converted", sentencizer=False)
+    for sentence in (fixture_sentences[0][0], fixture_sentences[2][3]):
+        doc = nlp(Doc(nlp.vocab, words=sentence))
+        assert np.array_equal(doc._.elmo_data, embed_sentences(fixture_bilm, [sentence])[0])
+
+
+def test_windows_without_sentence_boundaries(tiny_weights):
+    nlp = make_nlp(tiny_weights, sentencizer=False, max_sentence_length=4)
+    doc = nlp("one two three four five six seven eight nine ten")
+    bilm = load_bilm(tiny_weights)
+    words = [t.text for t in doc]
+    expected = embed_sentences(bilm, [words[0:4], words[4:8], words[8:10]])
+    assert np.array_equal(doc._.elmo_data, np.concatenate(expected, axis=1))
+
+
+@pytest.mark.filterwarnings("ignore:\\[W109\\]")
+def test_pipe_batching_and_processes_match_one_by_one(nlp):
+    nlp("The parent process computes first, so its OpenMP thread pool exists when workers fork.")
+    texts = [TEXT, "Short.", "", "A much longer text. " * 12, "Emoji 😀 and 中文 text.", TEXT[::-1]]
+    single = [nlp(text) for text in texts]
+    batched = list(nlp.pipe(texts, batch_size=4))
+    forked = list(nlp.pipe(texts, batch_size=2, n_process=2))
+    for one, two, three in zip(single, batched, forked):
+        assert np.array_equal(one._.elmo_data, two._.elmo_data)
+        assert np.array_equal(one._.elmo_data, three._.elmo_data)
+        for token_a, token_b in zip(one, three):
+            assert np.array_equal(token_a.vector, token_b.vector)
+
+
+def test_pipeline_round_trips(nlp, tmp_path):
+    expected = nlp(TEXT)
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    doc = loaded(TEXT)
+    assert np.array_equal(doc._.elmo_data, expected._.elmo_data)
+    assert np.array_equal(doc[1].vector, expected[1].vector), "hooks are installed again after loading"
+    rebuilt = spacy.blank("en")
+    rebuilt.add_pipe("sentencizer")
+    rebuilt.add_pipe("elmo")
+    rebuilt.from_bytes(nlp.to_bytes())
+    assert np.array_equal(rebuilt(TEXT)._.elmo_data, expected._.elmo_data)
+
+
+def test_sizes_come_from_the_weights(nlp, tmp_path):
+    assert nlp.get_pipe("elmo").bilm.config.projection_dim == 16  # the tiny weights, not the small preset
+    assert nlp.config["components"]["elmo"]["model"]["preset"] == "small"
+    nlp.to_disk(tmp_path / "pipeline")
+    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").bilm.config.lstm_dim == 48
+
+
+def test_weights_under_initialize_settings(tiny_weights):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    nlp.config["initialize"]["components"]["elmo"] = {"weights": str(tiny_weights)}
+    nlp.initialize()
+    assert nlp("works")._.elmo_data.shape == (3, 1, 32)
+
+
+@pytest.mark.filterwarnings("ignore:\\[W109\\]")
+def test_docs_keep_their_layers_through_serialization(nlp):
+    doc = nlp(TEXT)
+    restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
+    assert np.array_equal(restored._.elmo_data, doc._.elmo_data)
+    assert np.array_equal(restored[1]._.elmo, doc[1]._.elmo)
+    assert np.array_equal(restored[1].vector, doc[1].vector), "doc.tensor carries the mixed vectors"
+    docbin = DocBin(store_user_data=True)
+    docbin.add(doc)
+    (from_bin,) = DocBin().from_bytes(docbin.to_bytes()).get_docs(nlp.vocab)
+    assert np.array_equal(from_bin._.elmo_data, doc._.elmo_data)
+    install_vector_hooks(from_bin)
+    assert np.array_equal(from_bin[2:6].vector, doc[2:6].vector)
+    unpickled = pickle.loads(pickle.dumps(doc))
+    assert np.array_equal(unpickled[1].vector, doc[1].vector) and "vector" in unpickled.user_token_hooks
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "\n\n", "word \n\n  word", "x" * 300, "😀👍🏽 🇩🇪 family: 👨‍👩‍👧‍👦", "Mixed Ελληνικά русский 中文 العربية עברית हिन्दी"],
+    ids=["empty", "spaces", "newlines", "inner-whitespace", "300-chars", "emoji", "scripts"],
+)
+def test_awkward_texts(nlp, text):
+    doc = nlp(text)
+    layers = doc._.elmo_data
+    assert layers.shape == (3, len(doc), 32) and np.isfinite(layers).all()
+    for token in doc:
+        assert token.has_vector == (not token.is_space)
+        assert (np.abs(token.vector).sum() == 0) == token.is_space
+    assert doc.vector.shape == (32,)
+    if not any(not t.is_space for t in doc):
+        assert not doc.has_vector and not doc.vector.any()
+
+
+def test_long_doc_without_boundaries(tiny_weights):
+    nlp = make_nlp(tiny_weights, sentencizer=False, max_batch_tokens=2048)
+    doc = nlp(" ".join(["word", "other", "thing", "."] * 12500))
+    assert len(doc) == 50000
+    assert doc._.elmo_data.shape == (3, 50000, 32) and np.isfinite(doc._.elmo_data).all()
+    assert np.array_equal(doc._.elmo_data[:, 256:512], doc._.elmo_data[:, 512:768]), "identical windows, identical vectors"
+
+
+def test_uninitialized_component_says_what_to_do():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    with pytest.raises(ValueError, match=r"has no biLM weights yet: call nlp.initialize\(\)"):
+        nlp("text")
+    with pytest.raises(ValueError, match="needs biLM weights to initialize"):
+        nlp.initialize()
+
+
+def test_invalid_settings(tiny_weights):
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        nlp.add_pipe("elmo", config={"pooling": "median"})
+    with pytest.raises(ValueError, match="max_sentence_length must be a positive integer"):
+        nlp.add_pipe("elmo", config={"max_sentence_length": 0})
+    nlp.add_pipe("elmo", config={"layer_weights": [0.5, 0.5]})
+    with pytest.raises(ValueError, match="layer_weights has 2 values but the biLM has 3 layers"):
+        nlp.get_pipe("elmo").initialize(weights=tiny_weights)
+
+
+def test_docs_without_the_component():
+    from spacy_elmo.attributes import register_extensions
+
+    register_extensions()
+    with pytest.raises(ValueError, match="This Doc has no ELMo layers"):
+        spacy.blank("en")("plain")[0]._.elmo
+
+
+def test_update_does_nothing_and_says_so(nlp):
+    from spacy.training import Example
+
+    elmo = nlp.get_pipe("elmo")
+    before = nlp(TEXT)._.elmo_data
+    with pytest.warns(UserWarning, match="list it in \\[training\\] frozen_components"):
+        losses = elmo.update([Example.from_dict(nlp.make_doc("a b"), {})])
+    assert losses == {} and np.array_equal(nlp(TEXT)._.elmo_data, before)
