@@ -20,22 +20,27 @@ from spacy.tokens import Doc, Span, Token
 POOLINGS = ("mean", "max")
 
 
+def check_mix_settings(layer_weights: Optional[Sequence[float]], gamma: float, pooling: str) -> None:
+    """What can be checked before the number of layers is known."""
+    values = [float(w) for w in layer_weights or []] + [float(gamma)]
+    if not all(np.isfinite(values)):
+        raise ValueError(f"layer_weights and gamma must be finite, got {layer_weights} and {gamma}.")
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
+
+
 def mix_spec(n_layers: int, layer_weights: Optional[Sequence[float]], gamma: float, pooling: str) -> Dict[str, Any]:
     """Validated mix settings: ``layer_weights`` (one per layer, default the average), ``gamma``,
     ``pooling``."""
+    check_mix_settings(layer_weights, gamma, pooling)
     if layer_weights is None:
         layer_weights = [1.0 / n_layers] * n_layers
-    layer_weights = [float(w) for w in layer_weights]
     if len(layer_weights) != n_layers:
         raise ValueError(
             f"layer_weights has {len(layer_weights)} values but the biLM has {n_layers} layers "
             "(the token layer and each LSTM layer); give one weight per layer."
         )
-    if not all(np.isfinite(layer_weights)) or not np.isfinite(gamma):
-        raise ValueError(f"layer_weights and gamma must be finite, got {layer_weights} and {gamma}.")
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
-    return {"layer_weights": layer_weights, "gamma": float(gamma), "pooling": pooling}
+    return {"layer_weights": [float(w) for w in layer_weights], "gamma": float(gamma), "pooling": pooling}
 
 
 def mix_layers(layers: np.ndarray, spec: Dict[str, Any]) -> np.ndarray:

@@ -22,9 +22,9 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.vocab import Vocab
-from thinc.api import Config, Model
+from thinc.api import Config, Model, NumpyOps
 
-from .attributes import install_vector_hooks, mix_layers, mix_spec, register_extensions
+from .attributes import check_mix_settings, install_vector_hooks, mix_layers, mix_spec, register_extensions
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
 from .weights import load_bilm
@@ -94,7 +94,7 @@ class Elmo(TrainablePipe):
         for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"elmo: {setting} must be a positive integer, got {value!r}.")
-        mix_spec(len(layer_weights) if layer_weights else 1, layer_weights, gamma, pooling)  # fail early
+        check_mix_settings(layer_weights, gamma, pooling)
         register_extensions()
         self.vocab = vocab
         self.model = model
@@ -151,11 +151,18 @@ class Elmo(TrainablePipe):
         segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]
         words = [[docs[position][int(i)].text for i in indices] for position, indices in segments]
         for batch in batches_by_length(words, self.cfg["max_batch_tokens"]):
-            layers = self.model.predict([words[i] for i in batch])
+            layers = self._to_host(self.model.predict([words[i] for i in batch]))
             for index, sentence_layers in zip(batch, layers):
                 position, indices = segments[index]
-                outputs[position][:, indices] = self.model.ops.to_numpy(sentence_layers)
+                outputs[position][:, indices] = sentence_layers
         return outputs
+
+    def _to_host(self, layers: List[Any]) -> List[np.ndarray]:
+        """Per-sentence arrays as numpy, with one device-to-host copy for the whole batch."""
+        if isinstance(self.model.ops, NumpyOps) or not layers:
+            return layers
+        host = self.model.ops.to_numpy(self.model.ops.xp.concatenate(layers, axis=1))
+        return np.split(host, np.cumsum([part.shape[1] for part in layers])[:-1], axis=1)
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
         mix = self.mix

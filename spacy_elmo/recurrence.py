@@ -93,44 +93,26 @@ class LanePlan:
 
     @classmethod
     def build(cls, lengths: Sequence[int], width: int, window: int, device: torch.device) -> "LanePlan":
-        """Assign sentences to lanes, longest first to the least loaded lane; sentences start on
-        multiples of ``window`` steps. As few chunks of ``width`` lanes as keep the longest
-        sentence the critical path."""
+        """Sentences go longest first to the least loaded lane and start on multiples of
+        ``window`` steps; lanes come in chunks of ``width``."""
         lengths_t = torch.as_tensor(list(lengths), dtype=torch.long)
         if bool((lengths_t < 0).any()):
             raise ValueError(f"Sentence lengths must be >= 0, got {list(lengths)}.")
         windows = [-(-length // window) for length in lengths_t.tolist()]
-        n_chunks = _chunk_count(windows, width)
-        n_lanes = n_chunks * width
-        loads = [(0, lane) for lane in range(n_lanes)]
-        lane_of, start_of = [0] * len(windows), [0] * len(windows)
-        for sentence in sorted(range(len(windows)), key=lambda i: -windows[i]):
-            if windows[sentence] == 0:
-                continue
-            load, lane = heapq.heappop(loads)
-            lane_of[sentence], start_of[sentence] = lane, load * window
-            heapq.heappush(loads, (load + windows[sentence], lane))
-        lane_load = [0] * n_lanes
-        for load, lane in loads:
-            lane_load[lane] = load * window
-        n_steps = max(lane_load, default=0)
-        sentence, position, reverse = _token_positions(lengths_t)
-        lane = torch.tensor(lane_of, dtype=torch.long)[sentence]
-        step = torch.tensor(start_of, dtype=torch.long)[sentence] + position
-        token = torch.arange(len(sentence))
-        tables = {}
-        for direction, source in (("forward", token), ("backward", token - position + reverse)):
-            table = torch.full((n_steps, n_lanes), len(sentence), dtype=torch.long)
-            table[step, lane] = source
-            tables[direction] = table.to(device)
+        n_lanes = _chunk_count(windows, width) * width
+        lane_of, start_of, lane_load = _assign_lanes(windows, n_lanes, window)
+        tables = _token_tables(lengths_t, lane_of, start_of, n_lanes, max(lane_load, default=0))
         starts: Dict[int, List[Tuple[int, int]]] = {}
         ends: Dict[int, List[Tuple[int, int]]] = {}
-        for index, length in enumerate(lengths_t.tolist()):
+        for sentence, length in enumerate(lengths_t.tolist()):
             if length:
-                starts.setdefault(start_of[index], []).append((lane_of[index], index))
-                ends.setdefault(start_of[index] + length - 1, []).append((lane_of[index], index))
-        busy = [max(lane_load[j * width : (j + 1) * width]) for j in range(n_chunks)]
-        return cls(len(sentence), width, window, tables, starts, ends, busy)
+                starts.setdefault(start_of[sentence], []).append((lane_of[sentence], sentence))
+                ends.setdefault(start_of[sentence] + length - 1, []).append((lane_of[sentence], sentence))
+        busy = [max(lane_load[first : first + width]) for first in range(0, n_lanes, width)]
+        return cls(
+            n_tokens=int(lengths_t.sum()), width=width, window=window, starts=starts, ends=ends, busy_steps=busy,
+            tables={direction: table.to(device) for direction, table in tables.items()},
+        )
 
     @property
     def n_steps(self) -> int:
@@ -138,14 +120,46 @@ class LanePlan:
 
 
 def _chunk_count(windows: List[int], width: int) -> int:
-    """Enough chunks that every lane has about the longest sentence's worth of work, but no more
-    lanes than sentences."""
+    """How many chunks of ``width`` lanes: one per ``width * longest`` windows of work, so the
+    longest sentence stays the critical path (measured: fewer, fuller chunks beat more lanes),
+    at least one, and no more than the sentences fill."""
     longest, total, busy = max(windows, default=0), sum(windows), sum(1 for w in windows if w)
     if longest == 0:
         return 1
     by_work = max(1, total // (width * longest))
     by_sentences = -(-busy // width)
     return max(1, min(by_work, by_sentences))
+
+
+def _assign_lanes(windows: List[int], n_lanes: int, window: int) -> Tuple[List[int], List[int], List[int]]:
+    """Longest first to the least loaded lane. Returns each sentence's lane and first step, and
+    each lane's number of busy steps."""
+    loads = [(0, lane) for lane in range(n_lanes)]
+    lane_of, start_of = [0] * len(windows), [0] * len(windows)
+    for sentence in sorted(range(len(windows)), key=lambda i: -windows[i]):
+        if windows[sentence]:
+            load, lane = heapq.heappop(loads)
+            lane_of[sentence], start_of[sentence] = lane, load * window
+            heapq.heappush(loads, (load + windows[sentence], lane))
+    lane_load = [0] * n_lanes
+    for load, lane in loads:
+        lane_load[lane] = load * window
+    return lane_of, start_of, lane_load
+
+
+def _token_tables(lengths: Tensor, lane_of: List[int], start_of: List[int], n_lanes: int, n_steps: int) -> Dict[str, Tensor]:
+    """(n_steps, n_lanes) packed token index per direction; N (one past the last token) where a
+    lane idles. Backward, each sentence is read from its end."""
+    sentence, position, reverse = _token_positions(lengths)
+    lane = torch.tensor(lane_of, dtype=torch.long)[sentence]
+    step = torch.tensor(start_of, dtype=torch.long)[sentence] + position
+    token = torch.arange(len(sentence))
+    tables = {}
+    for direction, source in (("forward", token), ("backward", token - position + reverse)):
+        table = torch.full((n_steps, n_lanes), len(sentence), dtype=torch.long)
+        table[step, lane] = source
+        tables[direction] = table
+    return tables
 
 
 def run_step_loop(

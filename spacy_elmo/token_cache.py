@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 
 class TokenCache:
-    """Up to ``capacity`` rows of width ``dim``; ``capacity=0`` disables caching."""
+    """Up to ``capacity`` token representations; ``capacity=0`` disables caching."""
 
     def __init__(self, capacity: int = 20000) -> None:
         self._slots: "OrderedDict[str, int]" = OrderedDict()
