@@ -13,8 +13,8 @@ shapes, so a sentence's result is bitwise the same whatever else is in the batch
 - ``run_fused_blocks``: torch's fused LSTM kernel (as in ``nn.LSTM(proj_size=...)``; cuDNN on GPU)
   for unclipped layers, on blocks of (lanes, steps); sentences start at block boundaries.
 
-``run_differentiable`` is the training path: the fused kernel over a PackedSequence-style batch
-for unclipped layers, an autograd step loop for clipped ones.
+``run_differentiable`` is the training path: cuDNN's fused kernel over a PackedSequence-style
+batch for unclipped layers on GPU, an autograd step loop otherwise.
 """
 from __future__ import annotations
 
@@ -276,7 +276,9 @@ class PackedOrder:
 
 
 def run_differentiable(layer, x: Tensor, order: PackedOrder, direction: str) -> Tensor:
-    """Autograd path for training. x (N, I) packed -> (N, P) packed."""
+    """Autograd path for training. x (N, I) packed -> (N, P) packed. cuDNN's fused kernel on GPU
+    for unclipped layers; elsewhere an autograd step loop (ATen's CPU LSTM slices its inputs once
+    per step, and every slice's backward fills a gradient as large as all of them)."""
     if not order.batch_sizes:
         return x.new_zeros(0, layer.projection_dim)
     index = order.index[direction]
@@ -284,7 +286,7 @@ def run_differentiable(layer, x: Tensor, order: PackedOrder, direction: str) -> 
     active = order.batch_sizes[0]
     h0 = x.new_zeros(active, layer.projection_dim)
     c0 = x.new_zeros(active, layer.cells)
-    if layer.is_clipped:
+    if layer.is_clipped or x.device.type != "cuda":
         out = _autograd_step_loop(layer, x_time, order.batch_sizes, h0, c0)
     else:
         batch_sizes = torch.tensor(order.batch_sizes, dtype=torch.long)
@@ -297,11 +299,13 @@ def run_differentiable(layer, x: Tensor, order: PackedOrder, direction: str) -> 
 
 
 def _autograd_step_loop(layer, x_time: Tensor, batch_sizes: List[int], h: Tensor, c: Tensor) -> Tensor:
+    """x_time (N, I) time-major, PackedSequence order -> (N, P). ``split`` rather than slicing:
+    its backward is one concatenation."""
     cells = layer.cells
-    inputs = torch.nn.functional.linear(x_time, layer.weight_ih, layer.bias)
-    outputs, offset = [], 0
-    for active in batch_sizes:
-        gates = inputs[offset : offset + active] + h[:active] @ layer.weight_hh.t()
+    inputs = torch.nn.functional.linear(x_time, layer.weight_ih, layer.bias).split(batch_sizes)
+    outputs = []
+    for step_inputs, active in zip(inputs, batch_sizes):
+        gates = torch.addmm(step_inputs, h[:active], layer.weight_hh.t())
         i, f, g, o = gates.split(cells, dim=1)
         c = torch.sigmoid(f) * c[:active] + torch.sigmoid(i) * torch.tanh(g)
         if layer.cell_clip is not None:
@@ -310,5 +314,4 @@ def _autograd_step_loop(layer, x_time: Tensor, batch_sizes: List[int], h: Tensor
         if layer.proj_clip is not None:
             h = h.clamp(-layer.proj_clip, layer.proj_clip)
         outputs.append(h)
-        offset += active
     return torch.cat(outputs)

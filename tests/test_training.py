@@ -1,0 +1,179 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_nlp
+from spacy_elmo import load_bilm
+from training.batching import TokenTable, make_batch, open_streams
+from training.corpus import prepare_corpus, read_sentences
+from training.evaluate import evaluate
+from training.pretrain import TrainConfig, train
+from training.vocab import Vocabulary
+
+ROOT = Path(__file__).resolve().parents[1]
+STORY = [
+    "The cat sat on the mat. The dog sat on the log.",
+    "A bird flew over the house. The cat watched the bird.",
+    "The dog barked at the cat, and the cat ran away.",
+    "Birds sing in the morning. Dogs sleep in the afternoon.",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A tiny corpus: 4 training shards, dev = test = the same text."""
+    root = tmp_path_factory.mktemp("corpus")
+    text = root / "text.txt"
+    text.write_text("\n\n".join(STORY * 6) + "\n", encoding="utf-8")
+    prepare_corpus(root / "corpus", {"train": [text], "dev": [text], "test": [text]}, shard_size=12)
+    Vocabulary.from_sentences(read_sentences(root / "corpus" / "train"), max_size=100).save(root / "vocab.txt")
+    return root
+
+
+def config(corpus, **changes):
+    settings = dict(
+        corpus=str(corpus / "corpus"), vocab=str(corpus / "vocab.txt"), preset="tiny", dropout=0.0,
+        batch_tokens=120, eval_every=1000, eval_tokens=10**6, log_every=1, checkpoint_every=1000, seed=3, threads=1,
+    )
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def log_lines(run: Path):
+    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+
+
+def test_corpus_and_vocabulary(corpus):
+    manifest = json.loads((corpus / "corpus" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["shards"] == 4 and manifest["splits"]["train"]["sentences"] == 42
+    assert next(read_sentences(corpus / "corpus" / "train")) == ["The", "cat", "sat", "on", "the", "mat", "."]
+    vocab = Vocabulary.load(corpus / "vocab.txt")
+    assert vocab.words[:4] == ["<S>", "</S>", "<UNK>", "the"] and vocab.counts[0] == 42
+
+
+def test_invalid_utf8_lines_are_skipped_and_counted(tmp_path):
+    source = tmp_path / "mixed.txt"
+    source.write_bytes("good line .\n".encode() + b"bad \xff\xfe line\n" + "another good one .\n".encode())
+    manifest = prepare_corpus(tmp_path / "out", {"train": [source]})
+    assert manifest["splits"]["train"]["invalid_lines_skipped"] == 1
+    assert list(read_sentences(tmp_path / "out" / "train")) == [["good", "line", "."], ["another", "good", "one", "."]]
+
+
+def test_batches_are_deterministic_and_within_budget(corpus):
+    table = TokenTable(Vocabulary.load(corpus / "vocab.txt"))
+    first = open_streams(corpus / "corpus" / "train", [0, 1], 2, 120, seed=1, table=table)
+    again = open_streams(corpus / "corpus" / "train", [0, 1], 2, 120, seed=1, table=table)
+    for stream, twin in zip(first, again):
+        for _ in range(15):  # across an epoch boundary
+            batch = stream.next_batch()
+            assert np.array_equal(batch, twin.next_batch())
+            lengths = stream.sentences.lengths[batch] + 2
+            assert lengths.sum() <= 60 or len(batch) == 1
+    batch = make_batch([first[0].sentences.sentence(0)], table)
+    assert batch.type_ids[0] == 0 and batch.type_ids[-1] == 1 and batch.n_targets == len(batch.type_ids) - 1
+
+
+def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
+    state = train(config(corpus, optimizer="adam", lr=0.01, max_steps=150, eval_every=150, batch_tokens=400), tmp_path / "run")
+    dev = [line for line in log_lines(tmp_path / "run") if "dev_ppl" in line][-1]
+    assert dev["dev_ppl"] < 5, dev
+    assert state["best_dev"] == dev["dev_ppl"]
+    assert (tmp_path / "run" / "curve.png").stat().st_size > 1000
+
+
+def test_sampled_softmax_training_lowers_full_softmax_perplexity(corpus, tmp_path):
+    settings = dict(softmax="sampled", n_samples=16, optimizer="adam", lr=0.01, eval_every=60, batch_tokens=400)
+    train(config(corpus, max_steps=60, **settings), tmp_path / "run")
+    dev = [line["dev_ppl"] for line in log_lines(tmp_path / "run") if "dev_ppl" in line]
+    vocab_size = len(Vocabulary.load(corpus / "vocab.txt"))
+    assert dev[-1] < vocab_size / 4, f"full-softmax dev perplexity {dev[-1]:.1f} vs uniform {vocab_size}"
+
+
+def test_resume_after_a_stop_continues_the_same_run(corpus, tmp_path):
+    straight = train(config(corpus, max_steps=8), tmp_path / "straight")
+    train(config(corpus, max_steps=5), tmp_path / "stopped")
+    resumed = train(config(corpus, max_steps=8), tmp_path / "stopped")
+    key = lambda run: [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]  # noqa: E731
+    assert key(tmp_path / "straight") == key(tmp_path / "stopped")
+    assert resumed["step"] == straight["step"] == 8
+    a, b = load_bilm(tmp_path / "straight" / "bilm"), load_bilm(tmp_path / "stopped" / "bilm")
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+
+
+def pretrain_command(corpus, run, **settings):
+    overrides = [f"--set={k}={json.dumps(v)}" for k, v in vars(config(corpus, **settings)).items()]
+    return [sys.executable, "-m", "training.pretrain", "--output", str(run), *overrides]
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path):
+    settings = dict(max_steps=200, checkpoint_every=10)
+    straight = tmp_path / "straight"
+    subprocess.run(pretrain_command(corpus, straight, **settings), check=True, cwd=ROOT, capture_output=True)
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoints" / "latest").exists() and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # let it run on past the checkpoint, perhaps into writing the next one
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    losses = lambda run: [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]  # noqa: E731
+    assert 0 < len(losses(killed)) < 200, "killed mid-run"
+    subprocess.run(pretrain_command(corpus, killed, **settings), check=True, cwd=ROOT, capture_output=True)
+    assert losses(killed) == losses(straight)
+    assert not list((killed / "checkpoints").glob(".step-*")), "no half-written checkpoint left"
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_one_process(corpus, tmp_path):
+    """2 gloo processes with one data stream each = 1 process running both streams."""
+    settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True)
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", "-m", "training.pretrain"]
+    done = subprocess.run(ddp + pretrain_command(corpus, tmp_path / "two", **settings)[3:], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = load_bilm(tmp_path / "one" / "bilm"), load_bilm(tmp_path / "two" / "bilm")
+    worst = max(float((one.state_dict()[k] - two.state_dict()[k]).abs().max()) for k in one.state_dict())
+    assert worst < 1e-5
+    losses = lambda run: [line["loss"] for line in log_lines(run) if "loss" in line]  # noqa: E731
+    np.testing.assert_allclose(losses(tmp_path / "one"), losses(tmp_path / "two"), rtol=1e-6)
+
+
+def test_exported_model_loads_in_the_component(corpus, tmp_path):
+    train(config(corpus, max_steps=2), tmp_path / "run")
+    exported = load_bilm(tmp_path / "run" / "bilm")
+    assert exported.lm_head is None and exported.config.vocab_size == 0
+    doc = make_nlp(tmp_path / "run" / "bilm")("The cat sat on the mat.")
+    assert doc._.elmo_data.shape == (3, 7, 32) and np.isfinite(doc._.elmo_data).all()
+
+
+def test_evaluate_reports_perplexities_and_a_unigram_baseline(corpus, tmp_path):
+    train(config(corpus, optimizer="adam", lr=0.01, max_steps=40), tmp_path / "run")
+    result = evaluate(tmp_path / "run", read_sentences(corpus / "corpus" / "test"))
+    assert set(result) >= {"perplexity", "perplexity_forward", "perplexity_backward", "unigram_perplexity", "oov_rate"}
+    assert result["perplexity"] == pytest.approx(np.sqrt(result["perplexity_forward"] * result["perplexity_backward"]), rel=1e-9)
+    assert result["perplexity"] < result["unigram_perplexity"]
+    assert result["oov_rate"] == 0.0
+    with pytest.raises(ValueError, match="has no LM head"):
+        evaluate(tmp_path / "run" / "bilm", [["The", "cat"]], corpus / "vocab.txt")
+
+
+def test_continue_training_from_converted_original_weights(corpus, tmp_path, fixture_dir):
+    from spacy_elmo import import_original, save_bilm
+
+    save_bilm(import_original(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5"), tmp_path / "original")
+    state = train(config(corpus, init_from=str(tmp_path / "original"), max_steps=3, batch_tokens=60), tmp_path / "run")
+    continued = load_bilm(tmp_path / "run" / "bilm")
+    source = load_bilm(tmp_path / "original")
+    assert continued.config.cell_clip == 3.0 and state["step"] == 3
+    assert not torch.equal(continued.forward_layers[1].weight_hh, source.forward_layers[1].weight_hh)

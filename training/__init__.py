@@ -1,0 +1,1 @@
+"""Pretraining a biLM on raw text: corpus -> vocab -> pretrain -> evaluate (see project.yml)."""

@@ -1,0 +1,44 @@
+"""The learning curve of a run: training and dev perplexity against tokens seen, as a PNG."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+
+def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float] = None, title: str = "") -> Path:
+    """Plot RUN/log.jsonl into ``png_path`` (written atomically); ``baseline``: a horizontal line,
+    e.g. a unigram model's perplexity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in Path(log_path).read_text().splitlines() if line.strip()]
+    train = [(r["tokens"], r["train_ppl"]) for r in records if "train_ppl" in r]
+    dev = [(r["tokens"], r["dev_ppl"]) for r in records if "dev_ppl" in r]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if train:
+        ax.plot(*zip(*train), color="#9ecae1", linewidth=1, label="train (window mean)")
+    if dev:
+        ax.plot(*zip(*dev), color="#08519c", marker="o", markersize=3, label="dev (full softmax)")
+    if baseline:
+        ax.axhline(baseline, color="#d62728", linestyle="--", label=f"unigram model: {baseline:,.0f}")
+    ax.set_yscale("log")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("perplexity (forward and backward)")
+    ax.set_title(title or f"biLM pretraining: {Path(log_path).parent.name}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    handle, temporary = tempfile.mkstemp(prefix=f".{png_path.name}.", suffix=".png", dir=Path(png_path).parent)
+    os.close(handle)
+    try:
+        fig.savefig(temporary, dpi=110)
+        os.replace(temporary, png_path)
+    finally:
+        plt.close(fig)
+        Path(temporary).unlink(missing_ok=True)
+    return Path(png_path)

@@ -1,0 +1,120 @@
+"""Perplexity of a biLM on held-out text (always the full softmax), as JSON.
+
+    python -m training.evaluate RUN --text held-out.txt --output ppl.json
+    python -m training.evaluate MODEL --shards corpus/test --output ppl.json
+
+MODEL is a biLM with its LM head and ``vocab.txt``: a training checkpoint, or a run directory
+(its latest checkpoint). Reported: forward,
+backward and average perplexity (exp of the mean NLL over both directions' predictions), the number
+of predictions, the out-of-vocabulary rate, and a unigram model's perplexity on the same predictions
+(from the vocabulary's training counts) for scale.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+import torch
+import typer
+
+from spacy_elmo.weights import load_bilm
+
+from .batching import TokenTable, TrainingBatch, make_batch
+from .checkpoint import latest_checkpoint
+from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
+from .objective import LanguageModelLoss
+from .pretrain import perplexity
+from .vocab import Vocabulary, write_text_atomically
+
+
+def batches_of(token_lists: Iterable[List[str]], table: TokenTable, batch_tokens: int) -> List[TrainingBatch]:
+    batches, current, size = [], [], 0
+    for tokens in token_lists:
+        if not tokens:
+            continue
+        ids = table.ids(tokens)
+        if current and size + len(ids) + 2 > batch_tokens:
+            batches.append(make_batch(current, table))
+            current, size = [], 0
+        current.append(ids)
+        size += len(ids) + 2
+    if current:
+        batches.append(make_batch(current, table))
+    return batches
+
+
+def unigram_perplexity(vocab: Vocabulary, batches: List[TrainingBatch]) -> float:
+    """A unigram model with the vocabulary's training counts, on both directions' predictions."""
+    total = sum(vocab.counts)
+    log_probs = torch.log(torch.tensor(vocab.counts, dtype=torch.float64).clamp_min(1) / total)
+    nll, count = 0.0, 0
+    for batch in batches:
+        targets = torch.cat([batch.word_ids[batch.forward_source + 1], batch.word_ids[batch.backward_source - 1]])
+        nll -= float(log_probs[targets].sum())
+        count += len(targets)
+    return math.exp(nll / count)
+
+
+def resolve_model(path: Path) -> Path:
+    """A checkpoint directory, or a run directory / checkpoints directory meaning its latest."""
+    path = Path(path)
+    for checkpoints in (path / "checkpoints", path):
+        if (checkpoints / "latest").is_file():
+            return latest_checkpoint(checkpoints)
+    return path
+
+
+def evaluate(model: Path, token_lists: Iterable[List[str]], vocab_path: Optional[Path] = None, batch_tokens: int = 4096) -> Dict:
+    model = resolve_model(model)
+    vocab = Vocabulary.load(vocab_path or model / "vocab.txt")
+    bilm = load_bilm(model)
+    if bilm.lm_head is None or bilm.config.vocab_size != len(vocab):
+        raise ValueError(
+            f"{model} has no LM head for this {len(vocab)}-word vocabulary; evaluate a training "
+            "checkpoint (RUN/checkpoints/step-...), which keeps its head and vocab.txt."
+        )
+    table = TokenTable(vocab)
+    batches = batches_of(token_lists, table, batch_tokens)
+    if not batches:
+        raise ValueError("No tokens to evaluate on.")
+    scores = perplexity(LanguageModelLoss(bilm), batches, torch.device("cpu"))
+    words = torch.cat([b.word_ids for b in batches])
+    boundaries = 2 * sum(len(b.lengths) for b in batches)
+    return {
+        "model": str(model),
+        "perplexity": scores["average"],
+        "perplexity_forward": scores["forward"],
+        "perplexity_backward": scores["backward"],
+        "predictions_per_direction": scores["targets"],
+        "oov_rate": float((words == vocab.unk_id).sum()) / max(1, len(words) - boundaries),
+        "unigram_perplexity": unigram_perplexity(vocab, batches),
+    }
+
+
+def main(
+    model: Path = typer.Argument(..., help="A training checkpoint directory (biLM with head + vocab.txt)."),
+    text: Optional[Path] = typer.Option(None, help="Held-out raw text (one paragraph per line)."),
+    shards: Optional[Path] = typer.Option(None, help="Or a split directory of prepared shards."),
+    output: Optional[Path] = typer.Option(None, help="Write the JSON here (else print it)."),
+    pipeline: str = typer.Option("en", help="Tokenizer and sentence splitter for --text (as for the corpus)."),
+    vocab: Optional[Path] = typer.Option(None, help="vocab.txt, if not in MODEL."),
+) -> None:
+    """Full-softmax perplexity of a biLM on held-out text."""
+    if (text is None) == (shards is None):
+        raise typer.BadParameter("give exactly one of --text or --shards.")
+    if text is not None:
+        stats: Dict[str, int] = {}
+        token_lists = sentences(load_splitter(pipeline), (p for p in read_paragraphs(text, stats) if p), 256)
+    else:
+        token_lists = read_sentences(shards)
+    result = evaluate(model, token_lists, vocab)
+    document = json.dumps(result, indent=2) + "\n"
+    if output:
+        write_text_atomically(output, document)
+    typer.echo(document)
+
+
+if __name__ == "__main__":
+    typer.run(main)
