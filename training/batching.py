@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -193,3 +193,17 @@ def make_batch(sentences: Sequence[np.ndarray], table: TokenTable) -> TrainingBa
         inverse=inverse,
         char_ids=table.char_ids(unique),
     )
+
+
+def batches_in_order(sentences: Iterable[np.ndarray], table: TokenTable, batch_tokens: int) -> List[TrainingBatch]:
+    """Type-id sentences, in the order given, cut into batches under the token budget (evaluation)."""
+    batches, current, size = [], [], 0
+    for sentence in sentences:
+        if current and size + len(sentence) + 2 > batch_tokens:
+            batches.append(make_batch(current, table))
+            current, size = [], 0
+        current.append(sentence)
+        size += len(sentence) + 2
+    if current:
+        batches.append(make_batch(current, table))
+    return batches

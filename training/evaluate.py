@@ -21,7 +21,7 @@ import typer
 
 from spacy_elmo.weights import load_bilm
 
-from .batching import TokenTable, TrainingBatch, make_batch
+from .batching import TokenTable, TrainingBatch, batches_in_order
 from .checkpoint import latest_checkpoint
 from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
 from .objective import LanguageModelLoss
@@ -30,19 +30,7 @@ from .vocab import Vocabulary, write_text_atomically
 
 
 def batches_of(token_lists: Iterable[List[str]], table: TokenTable, batch_tokens: int) -> List[TrainingBatch]:
-    batches, current, size = [], [], 0
-    for tokens in token_lists:
-        if not tokens:
-            continue
-        ids = table.ids(tokens)
-        if current and size + len(ids) + 2 > batch_tokens:
-            batches.append(make_batch(current, table))
-            current, size = [], 0
-        current.append(ids)
-        size += len(ids) + 2
-    if current:
-        batches.append(make_batch(current, table))
-    return batches
+    return batches_in_order((table.ids(tokens) for tokens in token_lists if tokens), table, batch_tokens)
 
 
 def unigram_perplexity(vocab: Vocabulary, batches: List[TrainingBatch]) -> float:

@@ -31,7 +31,7 @@ from spacy_elmo.bilm import BiLM
 from spacy_elmo.config import BiLMConfig
 from spacy_elmo.weights import load_bilm, save_bilm
 
-from .batching import SentenceArray, TokenTable, TrainingBatch, make_batch, open_streams
+from .batching import SentenceArray, TokenTable, TrainingBatch, batches_in_order, make_batch, open_streams
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .corpus import shard_paths
 from .curve import plot_learning_curve
@@ -168,16 +168,7 @@ def dev_batches(corpus: Path, table: TokenTable, max_tokens: int, batch_tokens: 
             break
         chosen.append(sentences.sentence(index))
         total += len(chosen[-1]) + 2
-    batches, current, size = [], [], 0
-    for sentence in chosen:
-        if current and size + len(sentence) + 2 > batch_tokens:
-            batches.append(make_batch(current, table))
-            current, size = [], 0
-        current.append(sentence)
-        size += len(sentence) + 2
-    if current:
-        batches.append(make_batch(current, table))
-    return batches
+    return batches_in_order(chosen, table, batch_tokens)
 
 
 @torch.no_grad()
