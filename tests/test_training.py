@@ -108,6 +108,12 @@ def test_resume_after_a_stop_continues_the_same_run(corpus, tmp_path):
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
 
 
+def test_resuming_with_other_data_streams_is_refused(corpus, tmp_path):
+    train(config(corpus, max_steps=2), tmp_path / "run")
+    with pytest.raises(ValueError, match="written by a run with 1 data streams; resume it with --set data_streams=1"):
+        train(config(corpus, max_steps=4, data_streams=2), tmp_path / "run")
+
+
 def pretrain_command(corpus, run, **settings):
     overrides = [f"--set={k}={json.dumps(v)}" for k, v in vars(config(corpus, **settings)).items()]
     return [sys.executable, "-m", "training.pretrain", "--output", str(run), *overrides]

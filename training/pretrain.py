@@ -247,6 +247,11 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     torch.manual_seed(cfg.seed + 1 + run.rank)  # dropout and sampling differ between ranks
     if resume_from:
         optimizer_state, state, rng = load_checkpoint(resume_from)
+        if state.get("data_streams", run.n_streams) != run.n_streams:
+            raise ValueError(
+                f"{resume_from} was written by a run with {state['data_streams']} data streams; resume it with "
+                f"--set data_streams={state['data_streams']} (any number of processes that divides it)."
+            )
         optimizer.load_state_dict(optimizer_state)
         for stream in streams:
             stream.restore(*state["streams"][str(stream.number)])
@@ -296,9 +301,12 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         finished = bool(stop) or (cfg.max_steps and step >= cfg.max_steps)
         if step % cfg.log_every == 0 or finished:
             rate = window["tokens"] / max(1e-9, time.time() - window["time"])
-            train_ppl = math.exp(window["nll"] / window["targets"])
-            log.write(step=step, tokens=state["tokens"], elapsed=round(state["elapsed"], 2), train_ppl=train_ppl, loss=window["nll"] / window["targets"], tokens_per_s=rate)
-            progress.set_postfix(tok_s=f"{rate:,.0f}", loss=f"{window['nll'] / window['targets']:.3f}", ppl=f"{train_ppl:.1f}")
+            mean_nll = window["nll"] / window["targets"]
+            record = {"step": step, "tokens": state["tokens"], "elapsed": round(state["elapsed"], 2), "loss": mean_nll, "tokens_per_s": rate}
+            if cfg.softmax == "full":  # a sampled-softmax loss is no perplexity
+                record["train_ppl"] = math.exp(mean_nll)
+            log.write(**record)
+            progress.set_postfix(tok_s=f"{rate:,.0f}", loss=f"{mean_nll:.3f}", best_dev_ppl=f"{state['best_dev'] or math.nan:.1f}")
             window = {"nll": 0.0, "targets": 0.0, "tokens": 0.0, "time": time.time()}
         if run.main and (step % cfg.eval_every == 0 or finished):
             scores = perplexity(loss_module, dev, run.device)
@@ -310,7 +318,8 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
             state["streams"] = {k: v for part in positions for k, v in part.items()}
             rng = rng_state(run)
             if run.main:
-                save_checkpoint(checkpoints, step, bilm, vocab, optimizer.state_dict(), {**state, "world": run.world}, rng, cfg.keep_checkpoints)
+                trainer = {**state, "world": run.world, "data_streams": run.n_streams}
+                save_checkpoint(checkpoints, step, bilm, vocab, optimizer.state_dict(), trainer, rng, cfg.keep_checkpoints)
             last_checkpoint = time.time()
         if finished:
             break
