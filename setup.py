@@ -32,7 +32,8 @@ setup(
     extras_require={
         "h5": ["h5py>=3.8"],
         "cuda12x": ["cupy-cuda12x>=12"],
-        "dev": ["pytest>=7", "h5py>=3.8", "hypothesis>=6", "matplotlib>=3.5", "build>=1.0"],
+        "train": ["matplotlib>=3.5", "gensim>=4.3"],
+        "dev": ["pytest>=7", "h5py>=3.8", "hypothesis>=6", "matplotlib>=3.5", "gensim>=4.3", "build>=1.0"],
     },
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.component:make_elmo"],

@@ -169,14 +169,23 @@ def split_by_document(
     rng = random.Random(seed)
     order = list(range(len(docs)))
     rng.shuffle(order)
-    bounds = [round(len(docs) * fractions[0]), round(len(docs) * (fractions[0] + fractions[1]))]
-    parts = {"train": order[: bounds[0]], "dev": order[bounds[0] : bounds[1]], "test": order[bounds[1] :]}
+    sizes = _split_sizes(len(docs), fractions)
+    parts = {"train": order[: sizes[0]], "dev": order[sizes[0] : sizes[0] + sizes[1]], "test": order[sizes[0] + sizes[1] :]}
     files = {}
     for split, indices in parts.items():
         path = Path(output) / "raw" / f"{split}.txt"
         write_text_atomically(path, "\n\n".join("\n".join(docs[i]) for i in sorted(indices)) + "\n")
         files[split] = [path]
     return files
+
+
+def _split_sizes(n_docs: int, fractions: Tuple[float, float, float]) -> List[int]:
+    """Documents per split: by fraction, but at least one for every split whose fraction is > 0."""
+    wanted = sum(1 for f in fractions if f > 0)
+    if n_docs < wanted:
+        raise ValueError(f"{n_docs} documents cannot fill {wanted} splits; give more text (documents are separated by blank lines).")
+    sizes = [max(1, round(n_docs * f)) if f > 0 else 0 for f in fractions[1:]]
+    return [n_docs - sum(sizes), *sizes]
 
 
 def read_sentences(directory: Path) -> Iterator[List[str]]:

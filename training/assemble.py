@@ -1,0 +1,41 @@
+"""Assemble a spaCy pipeline around a trained biLM: a blank pipeline of the corpus' language, a
+sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` component.
+
+    python -m training.assemble runs/elmo/bilm pipelines/elmo --lang en --name elmo_sample --version 0.0.1
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import spacy
+import typer
+
+
+def assemble(weights: Path, output: Path, lang: str = "en", name: str = "elmo", version: str = "0.0.1", perplexity: Path = None):
+    nlp = spacy.blank(lang)
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(weights)})
+    nlp.initialize()
+    nlp.meta.update(name=name, version=version, description=f"ELMo contextual vectors from a biLM pretrained with spacy-elmo ({weights}).")
+    if perplexity and Path(perplexity).is_file():
+        import json
+
+        nlp.meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
+    nlp.to_disk(output)
+    return nlp
+
+
+def main(
+    weights: Path = typer.Argument(..., help="The trained biLM (RUN/bilm)."),
+    output: Path = typer.Argument(..., help="Directory for the pipeline (nlp.to_disk)."),
+    lang: str = typer.Option("en", help="Language of the blank pipeline."),
+    name: str = typer.Option("elmo", help="Package name (meta.json)."),
+    version: str = typer.Option("0.0.1", help="Package version (meta.json)."),
+    perplexity: Path = typer.Option(None, help="The evaluate step's JSON, recorded in meta.json."),
+) -> None:
+    nlp = assemble(weights, output, lang, name, version, perplexity)
+    typer.echo(f"Saved {nlp.pipe_names} to {output}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
