@@ -3,7 +3,8 @@
 The ``elmo`` component stores every layer of every token in ``doc._.elmo_data`` (L+1, n, 2P) and
 its mix in ``doc._.elmo_mix``; everything else is computed from them on access:
 
-- ``token._.elmo_layers`` (L+1, 2P); ``token._.elmo`` (2P,): gamma * sum_j w_j * h_j.
+- ``token._.elmo_layers`` (L+1, 2P); ``token._.elmo`` (2P,): gamma * sum_j w_j * h_j, each layer's
+  vector first standardized per token when ``layer_norm`` is on (``mix_layers``).
 - ``span._.elmo``, ``doc._.elmo`` (2P,): the tokens' mixed vectors pooled (mean or max) over the
   tokens that are not whitespace (whitespace tokens are not shown to the biLM; they get zeros).
 - vector hooks: ``token.vector``, ``span.vector``, ``doc.vector``, ``has_vector``, ``vector_norm``
@@ -29,9 +30,11 @@ def check_mix_settings(layer_weights: Optional[Sequence[float]], gamma: float, p
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
 
 
-def mix_spec(n_layers: int, layer_weights: Optional[Sequence[float]], gamma: float, pooling: str) -> Dict[str, Any]:
+def mix_spec(
+    n_layers: int, layer_weights: Optional[Sequence[float]], gamma: float, pooling: str, layer_norm: bool = True
+) -> Dict[str, Any]:
     """Validated mix settings: ``layer_weights`` (one per layer, default the average), ``gamma``,
-    ``pooling``."""
+    ``pooling``, ``layer_norm``."""
     check_mix_settings(layer_weights, gamma, pooling)
     if layer_weights is None:
         layer_weights = [1.0 / n_layers] * n_layers
@@ -40,11 +43,17 @@ def mix_spec(n_layers: int, layer_weights: Optional[Sequence[float]], gamma: flo
             f"layer_weights has {len(layer_weights)} values but the biLM has {n_layers} layers "
             "(the token layer and each LSTM layer); give one weight per layer."
         )
-    return {"layer_weights": [float(w) for w in layer_weights], "gamma": float(gamma), "pooling": pooling}
+    return {"layer_weights": [float(w) for w in layer_weights], "gamma": float(gamma), "pooling": pooling, "layer_norm": bool(layer_norm)}
 
 
 def mix_layers(layers: np.ndarray, spec: Dict[str, Any]) -> np.ndarray:
-    """(L+1, n, 2P) -> (n, 2P): gamma * sum_j w_j * layers[j]."""
+    """(L+1, n, 2P) -> (n, 2P): gamma * sum_j w_j * norm(layers[j]), where norm standardizes each
+    token's vector of each layer (zero mean, unit variance over its 2P features) when
+    ``layer_norm`` is on, so that no layer outweighs the others by sheer scale; otherwise identity."""
+    if spec.get("layer_norm"):
+        mean = layers.mean(axis=-1, keepdims=True, dtype=np.float64)
+        std = layers.std(axis=-1, keepdims=True, dtype=np.float64)
+        layers = ((layers - mean) / (std + 1e-6)).astype(np.float32)
     weights = np.asarray(spec["layer_weights"], dtype=np.float32) * np.float32(spec["gamma"])
     return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)
 
@@ -74,7 +83,7 @@ def _data(doc: Doc) -> np.ndarray:
 
 
 def _spec(doc: Doc, layers: np.ndarray) -> Dict[str, Any]:
-    return doc._.elmo_mix or mix_spec(layers.shape[0], None, 1.0, "mean")
+    return doc._.elmo_mix or mix_spec(layers.shape[0], None, 1.0, "mean", layer_norm=True)
 
 
 def token_elmo_layers(token: Token) -> np.ndarray:

@@ -48,6 +48,7 @@ Segment = Tuple[int, np.ndarray]
         "weights": None,
         "layer_weights": None,
         "gamma": 1.0,
+        "layer_norm": True,
         "pooling": "mean",
         "set_vector_hooks": True,
         "max_sentence_length": 256,
@@ -62,13 +63,14 @@ def make_elmo(
     weights: Optional[str],
     layer_weights: Optional[List[float]],
     gamma: float,
+    layer_norm: bool,
     pooling: str,
     set_vector_hooks: bool,
     max_sentence_length: int,
     max_batch_tokens: int,
 ) -> "Elmo":
     return Elmo(
-        nlp.vocab, model, name, weights=weights, layer_weights=layer_weights, gamma=gamma, pooling=pooling,
+        nlp.vocab, model, name, weights=weights, layer_weights=layer_weights, gamma=gamma, layer_norm=layer_norm, pooling=pooling,
         set_vector_hooks=set_vector_hooks, max_sentence_length=max_sentence_length, max_batch_tokens=max_batch_tokens,
     )
 
@@ -86,6 +88,7 @@ class Elmo(TrainablePipe):
         weights: Optional[str] = None,
         layer_weights: Optional[List[float]] = None,
         gamma: float = 1.0,
+        layer_norm: bool = True,
         pooling: str = "mean",
         set_vector_hooks: bool = True,
         max_sentence_length: int = 256,
@@ -103,6 +106,7 @@ class Elmo(TrainablePipe):
             "weights": str(weights) if weights else None,
             "layer_weights": layer_weights,
             "gamma": gamma,
+            "layer_norm": layer_norm,
             "pooling": pooling,
             "set_vector_hooks": set_vector_hooks,
             "max_sentence_length": max_sentence_length,
@@ -117,9 +121,9 @@ class Elmo(TrainablePipe):
 
     @property
     def mix(self) -> Dict[str, Any]:
-        """The default mix of layers: layer_weights, gamma, pooling."""
+        """The default mix of layers: layer_weights, gamma, layer_norm, pooling."""
         n_layers = self.bilm.config.n_output_layers
-        return mix_spec(n_layers, self.cfg["layer_weights"], self.cfg["gamma"], self.cfg["pooling"])
+        return mix_spec(n_layers, self.cfg["layer_weights"], self.cfg["gamma"], self.cfg["pooling"], self.cfg["layer_norm"])
 
     def initialize(
         self,

@@ -45,17 +45,27 @@ def test_attributes_have_the_documented_shapes(nlp):
     assert isinstance(doc._.elmo_data, np.ndarray)
 
 
-def test_default_mix_is_the_average_of_all_layers(nlp):
+def standardized(vectors):
+    return (vectors - vectors.mean(-1, keepdims=True)) / (vectors.std(-1, keepdims=True) + 1e-6)
+
+
+def test_default_mix_is_the_average_of_all_layers_each_standardized(nlp):
     doc = nlp(TEXT)
     token = doc[1]
-    np.testing.assert_allclose(token._.elmo, token._.elmo_layers.mean(axis=0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(token._.elmo, standardized(token._.elmo_layers).mean(axis=0), rtol=1e-5, atol=1e-6)
+    assert token._.elmo_layers.std(axis=1).std() > 0.01, "the layers differ in scale, so standardizing matters"
     sentence = list(doc.sents)[0]
     words = [t for t in sentence]
-    np.testing.assert_allclose(sentence._.elmo, np.mean([t._.elmo for t in words], axis=0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(sentence._.elmo, np.mean([t._.elmo for t in words], axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_raw_average_without_layer_norm(tiny_weights):
+    doc = make_nlp(tiny_weights, layer_norm=False)(TEXT)
+    np.testing.assert_allclose(doc[1]._.elmo, doc[1]._.elmo_layers.mean(axis=0), rtol=1e-6, atol=1e-7)
 
 
 def test_configured_mix_and_max_pooling(tiny_weights):
-    nlp = make_nlp(tiny_weights, layer_weights=[0.0, 0.0, 1.0], gamma=2.0, pooling="max")
+    nlp = make_nlp(tiny_weights, layer_weights=[0.0, 0.0, 1.0], gamma=2.0, pooling="max", layer_norm=False)
     doc = nlp(TEXT)
     np.testing.assert_allclose(doc[3]._.elmo, 2.0 * doc._.elmo_data[-1, 3], rtol=1e-6)
     span = doc[0:5]

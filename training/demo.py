@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -97,11 +98,11 @@ def polysemy_report(mixed, static, labels, k: int, n_words: int) -> List[str]:
         lines.append(f"== '{word}': nearest tokens of held-out text, by vector ==")
         first_position = contexts[0][1]
         lines.append("  layer 0 (context-free; the same in every context): " + ", ".join(
-            f"{w} ({s:.2f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)))
+            f"{w} ({s:.3f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)))
         for sentence, position in contexts:
             lines.append(f"  ELMo in: \"{snippet(sentence, word)}\"")
             for score, neighbour, other in neighbours(mixed[position], mixed, labels, sentence, k):
-                lines.append(f"      {score:.2f}  {neighbour:<14} \"{snippet(other, neighbour)}\"")
+                lines.append(f"      {score:.3f}  {neighbour:<14} \"{snippet(other, neighbour)}\"")
         lines.append("")
     if not chosen:
         lines.append("(no polysemous word from the list occurs twice in the reference sentences)")
@@ -109,7 +110,7 @@ def polysemy_report(mixed, static, labels, k: int, n_words: int) -> List[str]:
 
 
 def similarity_report(nlp) -> List[str]:
-    lines = ["== sentence similarities (cosine of ELMo sentence vectors) =="]
+    lines = ["== sentence similarities (Doc.similarity: cosine of ELMo sentence vectors) =="]
     for first, second in PAIRS:
         lines.append(f"  {nlp(first).similarity(nlp(second)):.3f}  \"{first}\" ~ \"{second}\"")
     return lines
@@ -123,9 +124,17 @@ def main(
     neighbours_k: int = typer.Option(5, "--neighbours"),
     words: int = typer.Option(2, help="How many polysemous words to show."),
     output: Optional[Path] = typer.Option(None, help="Also write the report here."),
+    perplexity: Optional[Path] = typer.Option(None, help="The evaluate step's JSON, to say how trained the biLM is."),
 ) -> None:
     nlp, wheel = load_packaged(packages, name)
-    report = [f"Loaded {name} from {wheel.name}: pipeline {nlp.pipe_names}", ""]
+    report = [f"Loaded {name} from {wheel.name}: pipeline {nlp.pipe_names}"]
+    if perplexity and perplexity.is_file():
+        scores = json.loads(perplexity.read_text())
+        report.append(
+            f"Its biLM: test perplexity {scores['perplexity']:.1f} (a unigram model: {scores['unigram_perplexity']:.1f}). "
+            "Neighbours grow sharper with training: the `full` workflow, or more text."
+        )
+    report.append("")
     mixed, static, labels = reference_tokens(nlp, corpus, max_sentences)
     report += [f"Reference: {len(labels):,} tokens of held-out sentences.", ""]
     report += polysemy_report(mixed, static, labels, neighbours_k, words)
