@@ -3,6 +3,7 @@ from .attributes import install_vector_hooks
 from .batch_invariant import Blocking
 from .bilm import BiLM, BiLMOutput
 from .component import Elmo
+from .task_mix import ElmoEmbed, ElmoTok2Vec, TaskMix
 from .config import PRESETS, BiLMConfig, ConfigError, config_from_options
 from .embed import embed_sentences, reset_state
 from .weights import WeightsError, import_original, load_bilm, save_bilm
@@ -10,6 +11,6 @@ from .weights import WeightsError, import_original, load_bilm, save_bilm
 __version__ = "0.1.0"
 
 __all__ = [
-    "BiLM", "BiLMOutput", "Blocking", "Elmo", "install_vector_hooks", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
+    "BiLM", "BiLMOutput", "Blocking", "Elmo", "ElmoEmbed", "ElmoTok2Vec", "TaskMix", "install_vector_hooks", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
     "embed_sentences", "import_original", "load_bilm", "reset_state", "save_bilm", "__version__",
 ]

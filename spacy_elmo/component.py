@@ -13,6 +13,7 @@ length. Results are set as described in ``attributes``.
 """
 
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -53,6 +54,7 @@ Segment = Tuple[int, np.ndarray]
         "set_vector_hooks": True,
         "max_sentence_length": 256,
         "max_batch_tokens": 4096,
+        "sentence_cache_tokens": 0,
     },
     assigns=["doc._.elmo_data", "doc._.elmo_mix", "doc.tensor"],
 )
@@ -68,10 +70,12 @@ def make_elmo(
     set_vector_hooks: bool,
     max_sentence_length: int,
     max_batch_tokens: int,
+    sentence_cache_tokens: int,
 ) -> "Elmo":
     return Elmo(
         nlp.vocab, model, name, weights=weights, layer_weights=layer_weights, gamma=gamma, layer_norm=layer_norm, pooling=pooling,
         set_vector_hooks=set_vector_hooks, max_sentence_length=max_sentence_length, max_batch_tokens=max_batch_tokens,
+        sentence_cache_tokens=sentence_cache_tokens,
     )
 
 
@@ -93,10 +97,13 @@ class Elmo(TrainablePipe):
         set_vector_hooks: bool = True,
         max_sentence_length: int = 256,
         max_batch_tokens: int = 4096,
+        sentence_cache_tokens: int = 0,
     ) -> None:
         for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"elmo: {setting} must be a positive integer, got {value!r}.")
+        if not isinstance(sentence_cache_tokens, int) or sentence_cache_tokens < 0:
+            raise ValueError(f"elmo: sentence_cache_tokens must be an integer >= 0, got {sentence_cache_tokens!r}.")
         check_mix_settings(layer_weights, gamma, pooling)
         register_extensions()
         self.vocab = vocab
@@ -111,8 +118,10 @@ class Elmo(TrainablePipe):
             "set_vector_hooks": set_vector_hooks,
             "max_sentence_length": max_sentence_length,
             "max_batch_tokens": max_batch_tokens,
+            "sentence_cache_tokens": sentence_cache_tokens,
         }
         self._warned_update = False
+        self._sentences = SentenceCache(sentence_cache_tokens)
 
     @property
     def bilm(self):
@@ -153,13 +162,22 @@ class Elmo(TrainablePipe):
         bilm_config = self.bilm.config
         outputs = [np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs]
         segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]
-        words = [[docs[position][int(i)].text for i in indices] for position, indices in segments]
-        for batch in batches_by_length(words, self.cfg["max_batch_tokens"]):
-            layers = self._to_host(self.model.predict([words[i] for i in batch]))
-            for index, sentence_layers in zip(batch, layers):
-                position, indices = segments[index]
-                outputs[position][:, indices] = sentence_layers
+        words = [tuple(docs[position][int(i)].text for i in indices) for position, indices in segments]
+        cache = self._sentences.for_model(self.bilm)
+        missing = [i for i, sentence in enumerate(words) if sentence not in cache]
+        for batch in batches_by_length([words[i] for i in missing], self.cfg["max_batch_tokens"]):
+            layers = self._to_host(self.model.predict([list(words[missing[i]]) for i in batch]))
+            for i, sentence_layers in zip(batch, layers):
+                cache.put(words[missing[i]], sentence_layers)
+                self._place(outputs, segments[missing[i]], sentence_layers)
+        for index in set(range(len(words))) - set(missing):
+            self._place(outputs, segments[index], cache.get(words[index]))
         return outputs
+
+    @staticmethod
+    def _place(outputs: List[np.ndarray], segment: Segment, layers: np.ndarray) -> None:
+        position, indices = segment
+        outputs[position][:, indices] = layers
 
     def _to_host(self, layers: List[Any]) -> List[np.ndarray]:
         """Per-sentence arrays as numpy, with one device-to-host copy for the whole batch."""
@@ -207,3 +225,37 @@ class Elmo(TrainablePipe):
             for start in range(0, len(indices), longest):
                 segments.append((position, indices[start : start + longest]))
         return segments
+
+
+class SentenceCache:
+    """The layers of recently seen sentences, up to ``capacity`` tokens (0: off), least recently
+    used first out. Exact, since a sentence's layers do not depend on its batch; emptied when the
+    component gets another biLM. Saves the frozen biLM from recomputing a training corpus every epoch."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+        self._tokens = 0
+        self._owner: Optional[int] = None
+
+    def for_model(self, bilm) -> "SentenceCache":
+        if id(bilm) != self._owner:
+            self._entries.clear()
+            self._tokens, self._owner = 0, id(bilm)
+        return self
+
+    def __contains__(self, sentence: tuple) -> bool:
+        return sentence in self._entries
+
+    def get(self, sentence: tuple) -> np.ndarray:
+        self._entries.move_to_end(sentence)
+        return self._entries[sentence]
+
+    def put(self, sentence: tuple, layers: np.ndarray) -> None:
+        if not self.capacity or len(sentence) > self.capacity or sentence in self._entries:
+            return
+        self._entries[sentence] = np.array(layers, copy=True)
+        self._tokens += len(sentence)
+        while self._tokens > self.capacity:
+            old, _ = self._entries.popitem(last=False)
+            self._tokens -= len(old)

@@ -241,3 +241,28 @@ def test_update_does_nothing_and_says_so(nlp):
     with pytest.warns(UserWarning, match="list it in \\[training\\] frozen_components"):
         losses = elmo.update([Example.from_dict(nlp.make_doc("a b"), {})])
     assert losses == {} and np.array_equal(nlp(TEXT)._.elmo_data, before)
+
+
+def test_sentence_cache_is_exact_bounded_and_follows_the_weights(tiny_weights, tmp_path):
+    nlp = make_nlp(tiny_weights, sentence_cache_tokens=12)
+    elmo = nlp.get_pipe("elmo")
+    calls = []
+    encoder = elmo.model.shims[0]._model
+    forward = encoder.forward
+    encoder.forward = lambda sentences: calls.append(len(sentences)) or forward(sentences)
+    first = nlp("The cat sat. The dog ran.")
+    again = nlp("The dog ran. The cat sat.")
+    assert calls == [2], "the second doc's sentences both came from the cache"
+    assert np.array_equal(first._.elmo_data[:, :4], again._.elmo_data[:, 4:])
+    assert np.array_equal(first._.elmo_data, make_nlp(tiny_weights)("The cat sat. The dog ran.")._.elmo_data)
+    nlp("A completely different and much longer sentence goes here.")
+    assert elmo._sentences._tokens <= 12
+    from spacy_elmo import BiLM, BiLMConfig
+    from spacy_elmo.layers import set_bilm
+
+    set_bilm(elmo.model, BiLM(BiLMConfig.preset("tiny")))
+    before = elmo.model.shims[0]._model
+    counted = []
+    before.forward = lambda sentences, f=before.forward: counted.append(len(sentences)) or f(sentences)
+    nlp("The cat sat.")
+    assert counted == [1], "another biLM: nothing is served from the old cache"

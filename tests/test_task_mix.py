@@ -1,0 +1,145 @@
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import spacy
+from spacy.tokens import Doc
+from thinc.api import Adam
+
+from conftest import make_nlp
+from spacy_elmo import TaskMix
+from spacy_elmo.attributes import register_extensions
+from spacy_elmo.task_mix import mix_weights
+
+register_extensions()
+VOCAB = spacy.blank("en").vocab
+
+
+def docs_with_layers(seed=0, n_docs=6, width=8, n_layers=3):
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        n = int(rng.integers(2, 7))
+        doc = Doc(VOCAB, words=["w"] * n)
+        doc._.elmo_data = rng.normal(size=(n_layers, n, width)).astype("float32")
+        docs.append(doc)
+    return docs
+
+
+def train_to_match_layer(l2, steps=300, target_layer=2, scale=2.0):
+    """Fit the mix so that its output equals scale * layer[target_layer], with a per-token loss
+    (mean squared error over a token's features) summed over tokens, as spaCy's losses are."""
+    model = TaskMix(width=8, n_layers=3, dropout=0.0, l2=l2)
+    docs = docs_with_layers()
+    model.initialize()
+    optimizer = Adam(0.05)
+    for _ in range(steps):
+        outputs, backprop = model.begin_update(docs)
+        backprop([(y - scale * d._.elmo_data[target_layer]) / y.shape[1] for y, d in zip(outputs, docs)])
+        model.finish_update(optimizer)
+    return model
+
+
+def test_the_mix_learns_the_useful_layer():
+    model = train_to_match_layer(l2=0.0)
+    weights, gamma = mix_weights(model)
+    assert weights[2] > 0.9 and abs(gamma - 2.0) < 0.2, (weights, gamma)
+
+
+def test_l2_on_s_pulls_towards_the_plain_average():
+    uniform = np.full(3, 1 / 3)
+    lambdas = (0.001, 0.1, 1.0, 10.0)
+    distance = [np.abs(mix_weights(train_to_match_layer(l2=l2))[0] - uniform).max() for l2 in lambdas]
+    assert distance[0] > 0.5, "a small lambda lets the weights move"
+    assert all(a > b for a, b in zip(distance, distance[1:])), f"a larger lambda pulls harder: {distance}"
+    assert distance[2] < distance[0] / 2, "lambda = 1 keeps them much nearer the plain average"
+    model = TaskMix(width=8, n_layers=3, dropout=0.0, l2=0.3)
+    model.initialize()
+    model.set_param("s", model.ops.asarray1f([0.5, -1.0, 2.0]))
+    docs = docs_with_layers()
+    outputs, backprop = model.begin_update(docs)
+    backprop([np.zeros_like(y) for y in outputs])  # no task gradient: only the penalty remains
+    n_tokens = sum(len(d) for d in docs)
+    np.testing.assert_allclose(model.get_grad("s"), 2 * 0.3 * n_tokens * np.array([0.5, -1.0, 2.0]), rtol=1e-6)
+
+
+def test_gradients_match_finite_differences():
+    model = TaskMix(width=8, n_layers=3, dropout=0.0, l2=0.01)
+    model.initialize()
+    model.set_param("s", model.ops.asarray1f([0.3, -0.2, 0.1]))
+    model.set_param("gamma", model.ops.asarray1f([1.3]))
+    docs = docs_with_layers(seed=3)
+    directions = [np.random.default_rng(9).normal(size=d._.elmo_data.shape[1:]).astype("float64") for d in docs]
+
+    def loss():
+        outputs, _ = model.begin_update(docs)
+        s = model.get_param("s").astype("float64")
+        n_tokens = sum(len(d) for d in docs)
+        return sum(float((y * g).sum()) for y, g in zip(outputs, directions)) + 0.01 * n_tokens * float((s * s).sum())
+
+    outputs, backprop = model.begin_update(docs)
+    backprop([g.astype("float32") for g in directions])
+    analytic = {"s": model.get_grad("s").copy(), "gamma": model.get_grad("gamma").copy()}
+    for name in ("s", "gamma"):
+        value = model.get_param(name).copy()
+        for i in range(len(value)):
+            numeric = []
+            for sign in (1, -1):
+                shifted = value.copy()
+                shifted[i] += sign * 1e-3
+                model.set_param(name, shifted)
+                numeric.append(loss())
+            model.set_param(name, value)
+            assert analytic[name][i] == pytest.approx((numeric[0] - numeric[1]) / 2e-3, rel=2e-2, abs=2e-3), (name, i)
+
+
+def test_dropout_only_when_training():
+    model = TaskMix(width=8, n_layers=3, dropout=0.5)
+    model.initialize()
+    docs = docs_with_layers()
+    predicted = model.predict(docs)
+    trained, _ = model.begin_update(docs)
+    expected = [d._.elmo_data.mean(axis=0) for d in docs]
+    assert all(np.allclose(p, e, atol=1e-6) for p, e in zip(predicted, expected))
+    zeros = sum(int((t == 0).sum()) for t in trained) / sum(t.size for t in trained)
+    assert 0.35 < zeros < 0.65
+
+
+def test_clear_errors():
+    model = TaskMix(width=8, n_layers=3)
+    model.initialize()
+    with pytest.raises(ValueError, match="without ELMo layers: the 'elmo' component must run before"):
+        model.predict([Doc(VOCAB, words=["no", "layers"])])
+    with pytest.raises(ValueError, match=r"configured for n_layers=3, width=8: set them to match"):
+        model.predict(docs_with_layers(width=16))
+
+
+@pytest.mark.slow
+def test_tiny_spacy_train_with_the_elmo_config(tiny_weights, tmp_path):
+    data = tmp_path / "data"
+    sentences = [("The cat sat on the mat .", "DET NOUN VERB ADP DET NOUN PUNCT"), ("Dogs run fast .", "NOUN VERB ADV PUNCT")] * 20
+    from spacy.tokens import DocBin
+
+    docs = []
+    for text, tags in sentences:
+        doc = Doc(VOCAB, words=text.split(), sent_starts=[True] + [False] * (len(text.split()) - 1))
+        for token, tag in zip(doc, tags.split()):
+            token.tag_ = tag
+        docs.append(doc)
+    data.mkdir()
+    DocBin(docs=docs).to_disk(data / "train.spacy")
+    make_nlp(tiny_weights, sentence_cache_tokens=10000).to_disk(tmp_path / "elmo")
+    command = [
+        sys.executable, "-m", "spacy", "train", "training/configs/upos-elmo.cfg", "--output", str(tmp_path / "out"),
+        "--paths.train", str(data / "train.spacy"), "--paths.dev", str(data / "train.spacy"), "--paths.elmo", str(tmp_path / "elmo"),
+        "--training.max_steps", "60", "--training.eval_frequency", "20", "--components.tagger.model.tok2vec.embed.mix.width", "32",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    nlp = spacy.load(tmp_path / "out" / "model-last")
+    doc = nlp("The dog sat on the mat .")
+    assert nlp.pipe_names == ["elmo", "tagger"] and [t.tag_ for t in doc][:2] == ["DET", "NOUN"]
+    mix = next(node for node in nlp.get_pipe("tagger").model.walk() if node.name == "elmo_task_mix")
+    weights, gamma = mix_weights(mix)
+    assert not np.allclose(weights, 1 / 3) or gamma != 1.0, "the mix trained and was saved with the pipeline"

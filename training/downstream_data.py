@@ -1,0 +1,100 @@
+"""Downstream data as spaCy DocBins, one sentence per doc.
+
+- UD English-EWT (CoNLL-U): the tagger learns UPOS, stored as ``token.tag_``; training subsets of
+  1%, 10% and 100% of the sentences, drawn with a seed and nested (1% within 10% within 100%).
+- WNUT-17 (``token<TAB>IOB tag``, blank lines between sentences): named entities.
+
+    python -m training.downstream_data DATA_DIR OUT_DIR
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Dict, Iterator, List, Sequence, Tuple
+
+import spacy
+import typer
+from spacy.tokens import Doc, DocBin
+
+FRACTIONS = (1, 10, 100)
+
+
+def ewt_docs(path: Path, vocab) -> List[Doc]:
+    """Syntactic words of each sentence with their UPOS as tag_ (multiword token lines skipped)."""
+    docs, words, tags, spaces = [], [], [], []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            if words:
+                docs.append(_tagged(vocab, words, tags, spaces))
+                words, tags, spaces = [], [], []
+            continue
+        if line.startswith("#"):
+            continue
+        columns = line.split("\t")
+        if "-" in columns[0] or "." in columns[0]:
+            continue  # multiword ranges and empty nodes
+        words.append(columns[1])
+        tags.append(columns[3])
+        spaces.append("SpaceAfter=No" not in columns[9])
+    if words:
+        docs.append(_tagged(vocab, words, tags, spaces))
+    return docs
+
+
+def _tagged(vocab, words: List[str], tags: List[str], spaces: List[bool]) -> Doc:
+    doc = Doc(vocab, words=words, spaces=spaces, sent_starts=[True] + [False] * (len(words) - 1))
+    for token, tag in zip(doc, tags):
+        token.tag_ = tag
+    return doc
+
+
+def wnut_docs(path: Path, vocab) -> List[Doc]:
+    docs = []
+    for sentence in _blocks(path):
+        words = [line.split("\t")[0] for line in sentence]
+        tags = [line.split("\t")[-1] for line in sentence]
+        docs.append(Doc(vocab, words=words, ents=tags, sent_starts=[True] + [False] * (len(words) - 1)))
+    return docs
+
+
+def _blocks(path: Path) -> Iterator[List[str]]:
+    block: List[str] = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            block.append(line)
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def nested_subsets(docs: Sequence[Doc], fractions: Sequence[int], seed: int) -> Dict[int, List[Doc]]:
+    """For each percentage, the first that many percent of one seeded shuffle (so they nest)."""
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    return {f: [docs[i] for i in sorted(order[: max(1, round(len(docs) * f / 100))])] for f in fractions}
+
+
+def save(docs: Sequence[Doc], path: Path) -> Tuple[int, int]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    DocBin(docs=docs, store_user_data=False).to_disk(path)
+    return len(docs), sum(len(d) for d in docs)
+
+
+def main(data: Path = typer.Argument(..., help="The shared data folder (ud-english-ewt/, wnut17/)."),
+         output: Path = typer.Argument(..., help="Where the .spacy files go."),
+         seed: int = typer.Option(0, help="Seed of the training subsets.")) -> None:
+    vocab = spacy.blank("en").vocab
+    ewt = data / "ud-english-ewt"
+    train = ewt_docs(ewt / "en_ewt-ud-train.conllu", vocab)
+    for fraction, docs in nested_subsets(train, FRACTIONS, seed).items():
+        typer.echo(f"upos train {fraction}%: {save(docs, output / f'upos-train-{fraction}.spacy')}")
+    for split in ("dev", "test"):
+        typer.echo(f"upos {split}: {save(ewt_docs(ewt / f'en_ewt-ud-{split}.conllu', vocab), output / f'upos-{split}.spacy')}")
+    for split in ("train", "dev", "test"):
+        typer.echo(f"ner {split}: {save(wnut_docs(data / 'wnut17' / f'{split}.conll', vocab), output / f'ner-{split}.spacy')}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
