@@ -281,7 +281,7 @@ class BiLM(nn.Module):
             x = tokens
             for depth, layer in enumerate(stack):
                 start = initial_state.layer(direction, depth) if initial_state is not None else None
-                x_in = F.dropout(x, self.config.dropout, self.training)
+                x_in = F.dropout(x, self.config.dropout, self.training and torch.is_grad_enabled())
                 y, finals[direction, depth] = run(layer, x_in, direction, start)
                 if self.config.residual and depth > 0:
                     y = y + x_in

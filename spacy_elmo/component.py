@@ -12,6 +12,7 @@ them in batches of at most ``max_batch_tokens`` tokens, so memory stays bounded 
 length. Results are set as described in ``attributes``.
 """
 
+import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -164,14 +165,18 @@ class Elmo(TrainablePipe):
         segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]
         words = [tuple(docs[position][int(i)].text for i in indices) for position, indices in segments]
         cache = self._sentences.for_model(self.bilm)
-        missing = [i for i, sentence in enumerate(words) if sentence not in cache]
+        missing = []
+        for index, sentence in enumerate(words):
+            cached = cache.get(sentence)
+            if cached is None:
+                missing.append(index)
+            else:
+                self._place(outputs, segments[index], cached)
         for batch in batches_by_length([words[i] for i in missing], self.cfg["max_batch_tokens"]):
             layers = self._to_host(self.model.predict([list(words[missing[i]]) for i in batch]))
             for i, sentence_layers in zip(batch, layers):
                 cache.put(words[missing[i]], sentence_layers)
                 self._place(outputs, segments[missing[i]], sentence_layers)
-        for index in set(range(len(words))) - set(missing):
-            self._place(outputs, segments[index], cache.get(words[index]))
         return outputs
 
     @staticmethod
@@ -206,6 +211,18 @@ class Elmo(TrainablePipe):
             self._warned_update = True
         return losses if losses is not None else {}
 
+    def from_disk(self, path, *, exclude=tuple()) -> "Elmo":
+        model_file = Path(path) / "model"
+        if "model" not in exclude and not model_file.is_file():
+            raise ValueError(
+                f"{path} is missing its model file (the biLM weights, {model_file}): the pipeline "
+                "directory is incomplete; copy or save it again (nlp.to_disk)."
+            )
+        try:
+            return super().from_disk(path, exclude=exclude)
+        except (ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"{model_file} is not a readable elmo model: {err}") from None
+
     def _require_weights(self) -> None:
         if not self.model.attrs.get("has_weights"):
             raise ValueError(
@@ -234,28 +251,34 @@ class SentenceCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self._lock = threading.Lock()  # several threads may share the component
         self._entries: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
         self._tokens = 0
         self._owner: Optional[int] = None
 
     def for_model(self, bilm) -> "SentenceCache":
-        if id(bilm) != self._owner:
-            self._entries.clear()
-            self._tokens, self._owner = 0, id(bilm)
+        with self._lock:
+            if id(bilm) != self._owner:
+                self._entries.clear()
+                self._tokens, self._owner = 0, id(bilm)
         return self
 
-    def __contains__(self, sentence: tuple) -> bool:
-        return sentence in self._entries
-
-    def get(self, sentence: tuple) -> np.ndarray:
-        self._entries.move_to_end(sentence)
-        return self._entries[sentence]
+    def get(self, sentence: tuple) -> Optional[np.ndarray]:
+        with self._lock:
+            layers = self._entries.get(sentence)
+            if layers is not None:
+                self._entries.move_to_end(sentence)
+            return layers
 
     def put(self, sentence: tuple, layers: np.ndarray) -> None:
-        if not self.capacity or len(sentence) > self.capacity or sentence in self._entries:
+        if not self.capacity or len(sentence) > self.capacity:
             return
-        self._entries[sentence] = np.array(layers, copy=True)
-        self._tokens += len(sentence)
-        while self._tokens > self.capacity:
-            old, _ = self._entries.popitem(last=False)
-            self._tokens -= len(old)
+        copy = np.array(layers, copy=True)
+        with self._lock:
+            if sentence in self._entries:
+                return
+            self._entries[sentence] = copy
+            self._tokens += len(sentence)
+            while self._tokens > self.capacity:
+                old, _ = self._entries.popitem(last=False)
+                self._tokens -= len(old)

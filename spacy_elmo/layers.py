@@ -39,6 +39,11 @@ class SentenceEncoder(nn.Module):
         _single_thread_after_fork()
         return contextual_layers(self.bilm, sentences)
 
+    def train(self, mode: bool = True) -> "SentenceEncoder":
+        """Always eval: the biLM is frozen inside spaCy. (thinc's shim calls train() after every
+        prediction; with threads sharing the component, that switched dropout on mid-prediction.)"""
+        return super().train(False)
+
 
 def _single_thread_after_fork() -> None:
     """In a process forked from the one that imported us (``nlp.pipe(n_process=...)``), run torch

@@ -6,6 +6,7 @@ dict, a move to another device), which it notices from the tensors' version coun
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, List, Sequence, Tuple
 
@@ -17,6 +18,7 @@ class TokenCache:
     """Up to ``capacity`` token representations; ``capacity=0`` disables caching."""
 
     def __init__(self, capacity: int = 20000) -> None:
+        self._lock = threading.RLock()  # one lookup at a time: several threads may share a biLM
         self._slots: "OrderedDict[str, int]" = OrderedDict()
         self._rows: Tensor | None = None
         self._fingerprint: Tuple = ()
@@ -32,16 +34,18 @@ class TokenCache:
     def capacity(self, value: int) -> None:
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"TokenCache capacity must be an integer >= 0, got {value!r}.")
-        self._capacity = value
-        if len(self._slots) > value or (self._rows is not None and self._rows.shape[0] > value):
-            self.clear()
+        with self._lock:
+            self._capacity = value
+            if len(self._slots) > value or (self._rows is not None and self._rows.shape[0] > value):
+                self.clear()
 
     def __len__(self) -> int:
         return len(self._slots)
 
     def clear(self) -> None:
-        self._slots.clear()
-        self._rows = None
+        with self._lock:
+            self._slots.clear()
+            self._rows = None
 
     def lookup(
         self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]
@@ -50,6 +54,10 @@ class TokenCache:
         ``encode(list_of_strings) -> (n, P)`` once each and are remembered."""
         if self.capacity == 0:
             return encode(list(tokens))
+        with self._lock:
+            return self._lookup(tokens, encoder, encode)
+
+    def _lookup(self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]) -> Tensor:
         self._check_fingerprint(encoder)
         unique = list(dict.fromkeys(tokens))
         missing = [token for token in unique if token not in self._slots]
@@ -107,3 +115,12 @@ class TokenCache:
         if fingerprint != self._fingerprint:
             self.clear()
             self._fingerprint = fingerprint
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()

@@ -183,3 +183,81 @@ def test_continue_training_from_converted_original_weights(corpus, tmp_path, fix
     source = load_bilm(tmp_path / "original")
     assert continued.config.cell_clip == 3.0 and state["step"] == 3
     assert not torch.equal(continued.forward_layers[1].weight_hh, source.forward_layers[1].weight_hh)
+
+
+def test_full_disk_while_checkpointing_fails_loudly_and_keeps_the_previous_one(corpus, tmp_path, monkeypatch):
+    import errno
+
+    import safetensors.torch
+
+    real_save = safetensors.torch.save_file
+    calls = []
+
+    def filling_disk(tensors, path, metadata=None):
+        calls.append(path)
+        if len(calls) > 4:  # the second checkpoint: model, optimizer, rng each call save_file
+            with open(path, "wb") as stream:
+                stream.write(b"\0" * 100)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(tensors, path, metadata=metadata)
+
+    monkeypatch.setattr(safetensors.torch, "save_file", filling_disk)
+    with pytest.raises(OSError, match=r"Could not write the checkpoint of step 4 .*No space left on device.*step-00000002, is intact"):
+        train(config(corpus, max_steps=6, checkpoint_every=2), tmp_path / "run")
+    monkeypatch.setattr(safetensors.torch, "save_file", real_save)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert (checkpoints / "latest").read_text().strip() == "step-00000002"
+    assert not list(checkpoints.glob(".step-*")) and not (checkpoints / "step-00000004").exists()
+    resumed = train(config(corpus, max_steps=6, checkpoint_every=2), tmp_path / "run")
+    assert resumed["step"] == 6
+
+
+def test_non_finite_loss_names_the_step_and_batch(corpus, tmp_path, monkeypatch):
+    from training.objective import LanguageModelLoss
+
+    real_forward = LanguageModelLoss.forward
+    calls = []
+
+    def poisoned(self, batch):
+        forward, backward = real_forward(self, batch)
+        calls.append(1)
+        return (forward * float("nan"), backward) if len(calls) == 3 else (forward, backward)
+
+    monkeypatch.setattr(LanguageModelLoss, "forward", poisoned)
+    with pytest.raises(FloatingPointError, match=r"Non-finite loss at step 3: batch of \d+ sentences, \d+ tokens on this rank \(first: '.+'\)"):
+        train(config(corpus, max_steps=5), tmp_path / "run")
+
+
+CRASH_DURING_CHECKPOINT = """
+import os, sys
+import safetensors.torch
+real_save = safetensors.torch.save_file
+calls = []
+def crash(tensors, path, metadata=None):
+    calls.append(path)
+    if len(calls) == 5:  # inside the second checkpoint, after its model file
+        with open(path, "wb") as stream:
+            stream.write(b"half a file")
+        os._exit(137)
+    return real_save(tensors, path, metadata=metadata)
+safetensors.torch.save_file = crash
+from training.pretrain import app
+app(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path):
+    settings = dict(max_steps=12, checkpoint_every=4)
+    straight = tmp_path / "straight"
+    subprocess.run(pretrain_command(corpus, straight, **settings), check=True, cwd=ROOT, capture_output=True)
+    crashed = tmp_path / "crashed"
+    arguments = pretrain_command(corpus, crashed, **settings)[3:]
+    died = subprocess.run([sys.executable, "-c", CRASH_DURING_CHECKPOINT, *arguments], cwd=ROOT, capture_output=True)
+    assert died.returncode == 137
+    assert (crashed / "checkpoints" / "latest").read_text().strip() == "step-00000004"
+    assert list((crashed / "checkpoints").glob(".step-*")), "the half-written checkpoint is only a temporary"
+    subprocess.run(pretrain_command(corpus, crashed, **settings), check=True, cwd=ROOT, capture_output=True)
+    losses = lambda run: [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]  # noqa: E731
+    assert losses(crashed) == losses(straight)
+    assert not list((crashed / "checkpoints").glob(".step-*")), "cleaned up on the next checkpoint"

@@ -21,6 +21,7 @@ def assemble(weights: Path, output: Path, lang: str = "en", name: str = "elmo", 
         import json
 
         nlp.meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)
     return nlp
 

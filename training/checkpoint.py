@@ -68,6 +68,7 @@ def latest_checkpoint(directory: Path) -> Optional[Path]:
 
 def load_checkpoint(path: Path) -> Tuple[Dict, Dict, Dict[str, Tensor]]:
     """(optimizer state dict, trainer state, RNG tensors). The biLM itself loads with load_bilm."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -76,7 +77,7 @@ def load_checkpoint(path: Path) -> Tuple[Dict, Dict, Dict[str, Tensor]]:
         meta = json.loads((path / "optimizer.json").read_text())
         tensors = load_file(str(path / "optimizer.safetensors"))
         rng = load_file(str(path / "rng.safetensors"))
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:
         raise ValueError(f"Checkpoint {path} is unreadable: {err}") from None
     return _join_optimizer_state(tensors, meta), trainer, rng
 

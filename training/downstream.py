@@ -46,6 +46,7 @@ def pipeline(bilm: Path, output: Path, cache_tokens: int = typer.Option(500000, 
     nlp.add_pipe("sentencizer")
     nlp.add_pipe("elmo", config={"weights": str(bilm), "sentence_cache_tokens": cache_tokens})
     nlp.initialize()
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)
     config = nlp.get_pipe("elmo").bilm.config
     typer.echo(f"Saved {output}: layers {config.n_output_layers} x {config.output_dim}")

@@ -283,7 +283,11 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         )
         loss = (nll_forward + nll_backward) * (run.world / targets)  # DDP averages over ranks
         if not math.isfinite(nll_sum):
-            raise FloatingPointError(f"Non-finite loss at step {state['step'] + 1} (batch of {int(tokens)} tokens); lower lr or check the data.")
+            first = " ".join(table.strings[i] for i in batch.type_ids[1 : batch.lengths[0] - 1].tolist())[:80]
+            raise FloatingPointError(
+                f"Non-finite loss at step {state['step'] + 1}: batch of {len(batch.lengths)} sentences, {int(tokens)} tokens "
+                f"on this rank (first: {first!r}). The last checkpoint is {latest_checkpoint(checkpoints)}; lower lr or check the data."
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.clip_norm:
@@ -319,7 +323,13 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
             rng = rng_state(run)
             if run.main:
                 trainer = {**state, "world": run.world, "data_streams": run.n_streams}
-                save_checkpoint(checkpoints, step, bilm, vocab, optimizer.state_dict(), trainer, rng, cfg.keep_checkpoints)
+                try:
+                    save_checkpoint(checkpoints, step, bilm, vocab, optimizer.state_dict(), trainer, rng, cfg.keep_checkpoints)
+                except OSError as err:
+                    raise OSError(
+                        err.errno, f"Could not write the checkpoint of step {step} in {checkpoints} ({err.strerror or err}); "
+                        f"the previous one, {latest_checkpoint(checkpoints)}, is intact and the run resumes from it."
+                    ) from err
             last_checkpoint = time.time()
         if finished:
             break
