@@ -51,6 +51,11 @@ def log_lines(run: Path):
     return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
 
 
+def losses(run: Path):
+    """(step, tokens, loss) of every logged step."""
+    return [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]
+
+
 def test_corpus_and_vocabulary(corpus):
     manifest = json.loads((corpus / "corpus" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["shards"] == 4 and manifest["splits"]["train"]["sentences"] == 42
@@ -101,8 +106,7 @@ def test_resume_after_a_stop_continues_the_same_run(corpus, tmp_path):
     straight = train(config(corpus, max_steps=8), tmp_path / "straight")
     train(config(corpus, max_steps=5), tmp_path / "stopped")
     resumed = train(config(corpus, max_steps=8), tmp_path / "stopped")
-    key = lambda run: [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]  # noqa: E731
-    assert key(tmp_path / "straight") == key(tmp_path / "stopped")
+    assert losses(tmp_path / "straight") == losses(tmp_path / "stopped")
     assert resumed["step"] == straight["step"] == 8
     a, b = load_bilm(tmp_path / "straight" / "bilm"), load_bilm(tmp_path / "stopped" / "bilm")
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
@@ -132,7 +136,6 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     time.sleep(0.1)  # let it run on past the checkpoint, perhaps into writing the next one
     process.send_signal(signal.SIGKILL)
     process.wait()
-    losses = lambda run: [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]  # noqa: E731
     assert 0 < len(losses(killed)) < 200, "killed mid-run"
     subprocess.run(pretrain_command(corpus, killed, **settings), check=True, cwd=ROOT, capture_output=True)
     assert losses(killed) == losses(straight)
@@ -151,8 +154,8 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
     one, two = load_bilm(tmp_path / "one" / "bilm"), load_bilm(tmp_path / "two" / "bilm")
     worst = max(float((one.state_dict()[k] - two.state_dict()[k]).abs().max()) for k in one.state_dict())
     assert worst < 1e-5
-    losses = lambda run: [line["loss"] for line in log_lines(run) if "loss" in line]  # noqa: E731
-    np.testing.assert_allclose(losses(tmp_path / "one"), losses(tmp_path / "two"), rtol=1e-6)
+    loss_values = lambda run: [loss for _, _, loss in losses(run)]  # noqa: E731
+    np.testing.assert_allclose(loss_values(tmp_path / "one"), loss_values(tmp_path / "two"), rtol=1e-6)
 
 
 def test_exported_model_loads_in_the_component(corpus, tmp_path):
@@ -258,6 +261,5 @@ def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path
     assert (crashed / "checkpoints" / "latest").read_text().strip() == "step-00000004"
     assert list((crashed / "checkpoints").glob(".step-*")), "the half-written checkpoint is only a temporary"
     subprocess.run(pretrain_command(corpus, crashed, **settings), check=True, cwd=ROOT, capture_output=True)
-    losses = lambda run: [(line["step"], line["tokens"], line["loss"]) for line in log_lines(run) if "loss" in line]  # noqa: E731
     assert losses(crashed) == losses(straight)
     assert not list((crashed / "checkpoints").glob(".step-*")), "cleaned up on the next checkpoint"
