@@ -123,11 +123,15 @@ def pretrain_command(corpus, run, **settings):
     return [sys.executable, "-m", "training.pretrain", "--output", str(run), *overrides]
 
 
+def pretrain_in_subprocess(corpus, run, **settings):
+    subprocess.run(pretrain_command(corpus, run, **settings), check=True, cwd=ROOT, capture_output=True)
+
+
 @pytest.mark.slow
 def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path):
     settings = dict(max_steps=200, checkpoint_every=10)
     straight = tmp_path / "straight"
-    subprocess.run(pretrain_command(corpus, straight, **settings), check=True, cwd=ROOT, capture_output=True)
+    pretrain_in_subprocess(corpus, straight, **settings)
     killed = tmp_path / "killed"
     process = subprocess.Popen(pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -137,7 +141,7 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert 0 < len(losses(killed)) < 200, "killed mid-run"
-    subprocess.run(pretrain_command(corpus, killed, **settings), check=True, cwd=ROOT, capture_output=True)
+    pretrain_in_subprocess(corpus, killed, **settings)
     assert losses(killed) == losses(straight)
     assert not list((killed / "checkpoints").glob(".step-*")), "no half-written checkpoint left"
 
@@ -253,13 +257,13 @@ app(sys.argv[1:])
 def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path):
     settings = dict(max_steps=12, checkpoint_every=4)
     straight = tmp_path / "straight"
-    subprocess.run(pretrain_command(corpus, straight, **settings), check=True, cwd=ROOT, capture_output=True)
+    pretrain_in_subprocess(corpus, straight, **settings)
     crashed = tmp_path / "crashed"
     arguments = pretrain_command(corpus, crashed, **settings)[3:]
     died = subprocess.run([sys.executable, "-c", CRASH_DURING_CHECKPOINT, *arguments], cwd=ROOT, capture_output=True)
     assert died.returncode == 137
     assert (crashed / "checkpoints" / "latest").read_text().strip() == "step-00000004"
     assert list((crashed / "checkpoints").glob(".step-*")), "the half-written checkpoint is only a temporary"
-    subprocess.run(pretrain_command(corpus, crashed, **settings), check=True, cwd=ROOT, capture_output=True)
+    pretrain_in_subprocess(corpus, crashed, **settings)
     assert losses(crashed) == losses(straight)
     assert not list((crashed / "checkpoints").glob(".step-*")), "cleaned up on the next checkpoint"
