@@ -143,3 +143,20 @@ def test_tiny_spacy_train_with_the_elmo_config(tiny_weights, tmp_path):
     mix = next(node for node in nlp.get_pipe("tagger").model.walk() if node.name == "elmo_task_mix")
     weights, gamma = mix_weights(mix)
     assert not np.allclose(weights, 1 / 3) or gamma != 1.0, "the mix trained and was saved with the pipeline"
+
+
+def test_elmo_at_the_encoder_output_too():
+    from spacy.ml.models import MaxoutWindowEncoder, MultiHashEmbed, build_Tok2Vec_model
+
+    from spacy_elmo import ElmoEmbed, ElmoTok2Vec
+
+    embed = ElmoEmbed(MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False), TaskMix(width=8), width=16)
+    tok2vec = build_Tok2Vec_model(embed, MaxoutWindowEncoder(width=16, depth=1, window_size=1, maxout_pieces=2))
+    model = ElmoTok2Vec(tok2vec, TaskMix(width=8))
+    docs = docs_with_layers()
+    model.initialize(X=docs)
+    outputs, backprop = model.begin_update(docs)
+    assert [y.shape for y in outputs] == [(len(d), 24) for d in docs] and model.get_dim("nO") == 24
+    backprop([np.ones_like(y) for y in outputs])
+    mixes = [node for node in model.walk() if node.name == "elmo_task_mix"]
+    assert len(mixes) == 2 and all(float(np.abs(m.get_grad("gamma")).sum()) > 0 for m in mixes)

@@ -99,8 +99,8 @@ def learned_mix(model_path: Path) -> Tuple[List[float], float]:
     from spacy_elmo.task_mix import mix_weights
 
     nlp = spacy.load(model_path)
-    for name in nlp.pipe_names:
-        for node in getattr(nlp.get_pipe(name), "model", None).walk() if hasattr(nlp.get_pipe(name), "model") else []:
+    for _, component in nlp.pipeline:
+        for node in component.model.walk() if hasattr(component, "model") else ():
             if node.name == "elmo_task_mix":
                 weights, gamma = mix_weights(node)
                 return [float(w) for w in weights], gamma
