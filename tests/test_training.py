@@ -15,6 +15,7 @@ from spacy_elmo import load_bilm
 from training.batching import TokenTable, make_batch, open_streams
 from training.corpus import prepare_corpus, read_sentences
 from training.evaluate import evaluate
+from training.evaluate import main as evaluate_cli
 from training.pretrain import TrainConfig, train
 from training.vocab import Vocabulary
 
@@ -177,6 +178,9 @@ def test_evaluate_reports_perplexities_and_a_unigram_baseline(corpus, tmp_path):
     assert result["perplexity"] == pytest.approx(np.sqrt(result["perplexity_forward"] * result["perplexity_backward"]), rel=1e-9)
     assert result["perplexity"] < result["unigram_perplexity"]
     assert result["oov_rate"] == 0.0
+    # --split test: the test split of the corpus the run was trained on.
+    evaluate_cli(tmp_path / "run", text=None, shards=None, split="test", output=tmp_path / "ppl.json", pipeline="en", vocab=None)
+    assert json.loads((tmp_path / "ppl.json").read_text())["perplexity"] == pytest.approx(result["perplexity"], rel=1e-12)
     with pytest.raises(ValueError, match="has no LM head"):
         evaluate(tmp_path / "run" / "bilm", [["The", "cat"]], corpus / "vocab.txt")
 
@@ -267,3 +271,16 @@ def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path
     pretrain_in_subprocess(corpus, crashed, **settings)
     assert losses(crashed) == losses(straight)
     assert not list((crashed / "checkpoints").glob(".step-*")), "cleaned up on the next checkpoint"
+
+
+def test_fine_tuning_from_a_run_keeps_its_vocabulary_and_head(corpus, tmp_path):
+    """init_from a run directory: its latest checkpoint's body, LM head and vocab.txt (no vocab given)."""
+    train(config(corpus, optimizer="adam", lr=0.01, max_steps=30), tmp_path / "run")
+    # lr 0: the fine-tuned model must be the source exactly, head included.
+    train(config(corpus, vocab="", init_from=str(tmp_path / "run"), optimizer="adam", lr=0.0, max_steps=2), tmp_path / "tuned")
+    test = list(read_sentences(corpus / "corpus" / "test"))
+    assert evaluate(tmp_path / "tuned", test)["perplexity"] == evaluate(tmp_path / "run", test)["perplexity"]
+    tuned_checkpoint = tmp_path / "tuned" / "checkpoints" / "step-00000002"
+    assert (tuned_checkpoint / "vocab.txt").read_text() == (corpus / "vocab.txt").read_text()
+    with pytest.raises(ValueError, match="No vocabulary"):
+        train(config(corpus, vocab="", max_steps=1), tmp_path / "none")

@@ -66,6 +66,15 @@ def latest_checkpoint(directory: Path) -> Optional[Path]:
     return path
 
 
+def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint directory as given; a run or checkpoints directory means its latest checkpoint."""
+    path = Path(path)
+    for checkpoints in (path / "checkpoints", path):
+        if (checkpoints / LATEST).is_file():
+            return latest_checkpoint(checkpoints)
+    return path
+
+
 def load_checkpoint(path: Path) -> Tuple[Dict, Dict, Dict[str, Tensor]]:
     """(optimizer state dict, trainer state, RNG tensors). The biLM itself loads with load_bilm."""
     from safetensors import SafetensorError

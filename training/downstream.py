@@ -16,6 +16,7 @@ RESULTS.md and a plot of the layer weights each task learned.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -58,39 +59,62 @@ def train(
     data: Path = typer.Option(..., help="Output of training.downstream_data."),
     elmo: Optional[Path] = typer.Option(None, help="The pipeline from the `pipeline` command (+ELMo runs)."),
     runs: Path = typer.Option(Path("runs/downstream")),
+    seeds: int = typer.Option(1, help="Train with seeds 0..N-1; the score is their mean test score."),
 ) -> None:
-    """spacy train one configuration, then spacy evaluate it on the test split."""
-    import spacy
-
+    """spacy train one configuration (once per seed), then spacy evaluate each model on the test split.
+    A seed whose model and test scores exist already is not trained again."""
     if (task, size) not in BUDGETS or variant not in ("baseline", "elmo"):
         raise typer.BadParameter(f"unknown run {task} {size} {variant}; choose from {sorted(BUDGETS)} x baseline|elmo.")
+    if variant == "elmo" and elmo is None:
+        raise typer.BadParameter("+ELMo runs need --elmo PIPELINE.")
+    if seeds < 1:
+        raise typer.BadParameter(f"--seeds must be at least 1, got {seeds}.")
     name = f"{task}-{size}-{variant}"
-    steps, frequency = BUDGETS[(task, size)]
-    train_file = data / (f"upos-train-{size}.spacy" if task == "upos" else "ner-train.spacy")
-    overrides = [
-        "--paths.train", str(train_file), "--paths.dev", str(data / f"{task}-dev.spacy"),
-        "--training.max_steps", str(steps), "--training.eval_frequency", str(frequency), "--training.patience", str(steps),
-    ]
+    per_seed = [_train_seed(task, size, variant, data, elmo, runs, seed) for seed in range(seeds)]
+    test_scores = [score for score, _ in per_seed]
+    result = {"task": task, "size": size, "variant": variant, "max_steps": BUDGETS[(task, size)][0],
+              "score": float(np.mean(test_scores)), "score_std": float(np.std(test_scores, ddof=1)) if seeds > 1 else 0.0,
+              "seed_scores": test_scores, "train_minutes": [minutes for _, minutes in per_seed],
+              "scores": json.loads((METRICS / "seeds" / f"{name}-seed0.test.json").read_text())}
     if variant == "elmo":
-        if elmo is None:
-            raise typer.BadParameter("+ELMo runs need --elmo PIPELINE.")
-        width = spacy.load(elmo).get_pipe("elmo").bilm.config.output_dim
-        component = "tagger" if task == "upos" else "ner"
-        overrides += ["--paths.elmo", str(elmo), f"--components.{component}.model.tok2vec.embed.mix.width", str(width)]
-    config = ROOT / "training" / "configs" / f"{task}-{variant}.cfg"
-    started = time.time()
-    subprocess.run([sys.executable, "-m", "spacy", "train", str(config), "--output", str(runs / name), *overrides], check=True)
-    minutes = (time.time() - started) / 60
-    scores_path = METRICS / f"{name}.test.json"
-    METRICS.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "spacy", "evaluate", str(runs / name / "model-best"), str(data / f"{task}-test.spacy"), "--output", str(scores_path)], check=True)
-    scores = json.loads(scores_path.read_text())
-    result = {"task": task, "size": size, "variant": variant, "train_minutes": minutes, "max_steps": steps,
-              "score": scores["tag_acc"] if task == "upos" else scores["ents_f"], "scores": scores}
-    if variant == "elmo":
-        result["layer_weights"], result["gamma"] = learned_mix(runs / name / "model-best")
+        mixes = [learned_mix(_run_dir(runs, name, seed) / "model-best") for seed in range(seeds)]
+        result["layer_weights"] = [float(w) for w in np.mean([weights for weights, _ in mixes], axis=0)]
+        result["gamma"] = float(np.mean([gamma for _, gamma in mixes]))
     write_text_atomically(METRICS / f"{name}.json", json.dumps(result, indent=2) + "\n")
-    typer.echo(f"{name}: {result['score']:.4f}")
+    typer.echo(f"{name}: {result['score']:.4f} (seeds: {', '.join(f'{s:.4f}' for s in test_scores)})")
+
+
+def _run_dir(runs: Path, name: str, seed: int) -> Path:
+    return runs / (name if seed == 0 else f"{name}-seed{seed}")
+
+
+def _train_seed(task: str, size: int, variant: str, data: Path, elmo: Optional[Path], runs: Path, seed: int) -> Tuple[float, Optional[float]]:
+    """(test score, training minutes or None when reused) of one seed."""
+    import spacy
+
+    name = f"{task}-{size}-{variant}"
+    output, scores_path = _run_dir(runs, name, seed), METRICS / "seeds" / f"{name}-seed{seed}.test.json"
+    minutes = None
+    if not (scores_path.exists() and (output / "model-best").exists()):
+        steps, frequency = BUDGETS[(task, size)]
+        train_file = data / (f"upos-train-{size}.spacy" if task == "upos" else "ner-train.spacy")
+        overrides = [
+            "--paths.train", str(train_file), "--paths.dev", str(data / f"{task}-dev.spacy"), "--system.seed", str(seed),
+            "--training.max_steps", str(steps), "--training.eval_frequency", str(frequency), "--training.patience", str(steps),
+        ]
+        if variant == "elmo":
+            width = spacy.load(elmo).get_pipe("elmo").bilm.config.output_dim
+            component = "tagger" if task == "upos" else "ner"
+            overrides += ["--paths.elmo", str(elmo), f"--components.{component}.model.tok2vec.embed.mix.width", str(width)]
+        config = ROOT / "training" / "configs" / f"{task}-{variant}.cfg"
+        started = time.time()
+        subprocess.run([sys.executable, "-m", "spacy", "train", str(config), "--output", str(output), *overrides], check=True)
+        minutes = (time.time() - started) / 60
+        scores_path.parent.mkdir(parents=True, exist_ok=True)
+        evaluate = [sys.executable, "-m", "spacy", "evaluate", str(output / "model-best"), str(data / f"{task}-test.spacy"), "--output", str(scores_path)]
+        subprocess.run(evaluate, check=True)
+    scores = json.loads(scores_path.read_text())
+    return (scores["tag_acc"] if task == "upos" else scores["ents_f"]), minutes
 
 
 def learned_mix(model_path: Path) -> Tuple[List[float], float]:
@@ -210,6 +234,19 @@ def similarity(elmo: Path = typer.Option(...), data: Path = typer.Option(...)) -
     typer.echo(json.dumps(result, indent=2))
 
 
+def _shown(path: str) -> str:
+    """A path as the reader can use it: relative to the repository when inside it or beside it."""
+    relative = os.path.relpath(Path(path).resolve(), ROOT)
+    return relative if not relative.startswith(os.path.join("..", "..")) else str(path)
+
+
+def _corpus_origin(corpus: Path) -> str:
+    """The corpus directory, and the text files its training split was made from."""
+    manifest = corpus / "manifest.json"
+    sources = json.loads(manifest.read_text())["splits"].get("train", {}).get("sources", []) if manifest.exists() else []
+    return _shown(str(corpus)) + (f", made from {', '.join(_shown(s) for s in sources)}" if sources else "")
+
+
 def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
     """What the report says about the biLM: its sizes, training data and perplexity."""
     config = json.loads((run / "bilm" / "config.json").read_text())["config"]
@@ -218,7 +255,7 @@ def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
     info = {"run": str(run), "config": config, "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}
     text = (f"`{train['preset']}` preset ({config['n_layers']} x {config['lstm_dim']} LSTM cells, projection {config['projection_dim']}, "
             f"{sum(n for _, n in config['filters'])} char filters), pretrained for {info['minutes']:.0f} minutes on this 2-core CPU "
-            f"({info['tokens_seen']:,} tokens of {train['corpus']})")
+            f"({info['tokens_seen']:,} tokens of {_corpus_origin(Path(train['corpus']))})")
     if perplexity and Path(perplexity).exists():
         scores = json.loads(Path(perplexity).read_text())
         info["perplexity"] = scores
@@ -227,23 +264,50 @@ def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
     return info
 
 
+def describe_finetuning(run: Path, perplexity: Optional[Path], before: Optional[Path]) -> Dict:
+    """What the report says about fine-tuning the biLM on the tasks' unlabeled text."""
+    train = json.loads((run / "train-config.json").read_text())
+    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line][-1]
+    manifest = json.loads((Path(train["corpus"]) / "manifest.json").read_text())
+    info = {"run": str(run), "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}
+    text = (f"Then fine-tuned for {info['minutes']:.0f} minutes ({last['step']} steps, {last['tokens']:,} tokens) on the tasks' "
+            f"unlabeled training text ({manifest['splits']['train']['tokens']:,} tokens of EWT + WNUT train; the paper's section 3.4), "
+            f"and frozen")
+    if perplexity and Path(perplexity).exists():
+        info["perplexity"] = json.loads(Path(perplexity).read_text())
+        text += f"; perplexity on the tasks' test text {info['perplexity']['perplexity']:.1f}"
+        if before and Path(before).exists():
+            info["perplexity_before"] = json.loads(Path(before).read_text())
+            text += f" (before fine-tuning {info['perplexity_before']['perplexity']:.1f})"
+    info["description"] = text + "."
+    return info
+
+
 @app.command()
 def report(bilm: Optional[Path] = typer.Option(None, help="The biLM's run directory (runs/elmo)."),
            perplexity: Optional[Path] = typer.Option(None, help="Its evaluate JSON."),
-           output: Path = typer.Option(Path("RESULTS.md"))) -> None:
+           task_bilm: Optional[Path] = typer.Option(None, help="The run that fine-tuned it on the tasks' text, if any."),
+           task_perplexity: Optional[Path] = typer.Option(None, help="That run's evaluate JSON on the tasks' test text."),
+           task_perplexity_before: Optional[Path] = typer.Option(None, help="The pretrained biLM's, on the same text."),
+           output: Path = typer.Option(Path("RESULTS.md")),
+           results: Path = typer.Option(RESULTS, help="Where downstream.json and the plot go.")) -> None:
     """Collect metrics/downstream/*.json into RESULTS.md, bench/results/downstream.json and
     bench/results/downstream-layer-weights.png."""
     runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
     wic_scores = json.loads((METRICS / "wic.json").read_text()) if (METRICS / "wic.json").exists() else {}
     similarity_scores = json.loads((METRICS / "similarity.json").read_text()) if (METRICS / "similarity.json").exists() else {}
     info = describe_bilm(bilm, perplexity) if bilm else {}
-    write_text_atomically(RESULTS / "downstream.json", json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n")
-    plot = _plot_weights(runs)
-    write_text_atomically(output, _markdown(runs, wic_scores, similarity_scores, info, plot))
+    if task_bilm:
+        info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
+        info["description"] = f"{info.get('description', '')} {info['finetuning']['description']}".strip()
+    results.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(results / "downstream.json", json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n")
+    plot = _plot_weights(runs, results / "downstream-layer-weights.png")
+    write_text_atomically(output, _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent))
     typer.echo(f"Wrote {output}")
 
 
-def _plot_weights(runs: Dict) -> Optional[Path]:
+def _plot_weights(runs: Dict, path: Path) -> Optional[Path]:
     learned = {f"{r['task'].upper()} ({r['size']}%)": r["layer_weights"] for r in runs.values() if "layer_weights" in r}
     if not learned:
         return None
@@ -264,26 +328,43 @@ def _plot_weights(runs: Dict) -> Optional[Path]:
     ax.set_title("Layer weights learned by each task (cf. Figure 2 of the paper)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = RESULTS / "downstream-layer-weights.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _markdown(runs: Dict, wic_scores: Dict, similarity_scores: Dict, info: Dict, plot: Optional[Path]) -> str:
+def _reproduce(info: Dict) -> str:
+    run = _shown(info.get("run", "runs/elmo"))
+    text = f"Reproduce: `python -m spacy project run downstream . --vars.run {run}` (see project.yml)"
+    if run.startswith("bench/out/run-"):
+        text += ", after `python bench/bench_pretrain.py` made that biLM"
+    return text + "; each command is also at the top of training/downstream.py."
+
+
+def _score(run: Dict) -> str:
+    seeds = run.get("seed_scores", [run["score"]])
+    return f"{100 * run['score']:.2f}" + (f" ± {100 * run['score_std']:.2f}" if len(seeds) > 1 else "")
+
+
+def _seeds(*compared: Dict) -> str:
+    return "/".join(sorted({str(len(run.get("seed_scores", [0]))) for run in compared}))
+
+
+def _markdown(runs: Dict, wic_scores: Dict, similarity_scores: Dict, info: Dict, plot: Optional[Path], home: Path) -> str:
     lines = ["# Results: ELMo in downstream models", ""]
     if info:
         lines += [f"biLM: {info.get('description', '')}", ""]
-    lines += ["## 1. UPOS accuracy on UD English-EWT test (tagger; same model, budget and seed with and without ELMo)", "",
-              "| training data | baseline | +ELMo | difference |", "|---|---:|---:|---:|"]
+    lines += ["## 1. UPOS accuracy on UD English-EWT test (tagger; same model, budget and seeds with and without ELMo)", "",
+              "Mean over seeds (± sample standard deviation); the model of each seed is the best on dev.", "",
+              "| training data | seeds | baseline | +ELMo | difference |", "|---|---:|---:|---:|---:|"]
     for size in (1, 10, 100):
         base, elmo = runs.get(f"upos-{size}-baseline"), runs.get(f"upos-{size}-elmo")
         if base and elmo:
-            lines.append(f"| {size}% | {100 * base['score']:.2f} | {100 * elmo['score']:.2f} | {100 * (elmo['score'] - base['score']):+.2f} |")
+            lines.append(f"| {size}% | {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |")
     base, elmo = runs.get("ner-100-baseline"), runs.get("ner-100-elmo")
-    lines += ["", "## 2. WNUT-17 entity F1 (test)", "", "| baseline | +ELMo | difference |", "|---:|---:|---:|"]
+    lines += ["", "## 2. WNUT-17 entity F1 (test)", "", "| seeds | baseline | +ELMo | difference |", "|---:|---:|---:|---:|"]
     if base and elmo:
-        lines.append(f"| {100 * base['score']:.2f} | {100 * elmo['score']:.2f} | {100 * (elmo['score'] - base['score']):+.2f} |")
+        lines.append(f"| {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |")
     lines += ["", "## 3. WiC test accuracy from ELMo alone (cosine of the target's vectors, threshold tuned on dev)", "",
               "The WiC paper's ELMo-based figure is about 57.7; chance is 50.", "", "| vectors | dev | test |", "|---|---:|---:|"]
     for name, scores in wic_scores.items():
@@ -293,14 +374,14 @@ def _markdown(runs: Dict, wic_scores: Dict, similarity_scores: Dict, info: Dict,
         weights = ", ".join(f"{w:.3f}" for w in run["layer_weights"])
         lines.append(f"- {run['task'].upper()} {run['size']}%: softmax(s) = [{weights}], gamma = {run['gamma']:.3f}")
     if plot:
-        lines += ["", f"![layer weights]({plot.relative_to(ROOT).as_posix()})"]
+        lines += ["", f"![layer weights]({Path(os.path.relpath(plot.resolve(), home.resolve())).as_posix()})"]
     lines += ["", "## 5. Word similarity (Spearman's rho; each word alone between <S> and </S>)", ""]
     if similarity_scores:
         kinds = [k for k in next(iter(similarity_scores.values())) if k != "pairs"]
         lines += ["| data set | pairs | " + " | ".join(kinds) + " |", "|---|---:|" + "---:|" * len(kinds)]
         for name, scores in similarity_scores.items():
             lines.append(f"| {name} | {scores['pairs']} | " + " | ".join(f"{scores[k]:.3f}" for k in kinds) + " |")
-    lines += ["", "Reproduce: `spacy project run downstream` (see project.yml), or the commands at the top of training/downstream.py.", ""]
+    lines += ["", _reproduce(info), ""]
     return "\n".join(lines)
 
 

@@ -3,11 +3,15 @@
 - UD English-EWT (CoNLL-U): the tagger learns UPOS, stored as ``token.tag_``; training subsets of
   1%, 10% and 100% of the sentences, drawn with a seed and nested (1% within 10% within 100%).
 - WNUT-17 (``token<TAB>IOB tag``, blank lines between sentences): named entities.
+- ``text/``: the tasks' words without labels (EWT + WNUT train / dev / test) as corpus shards, for
+  fine-tuning the biLM on the tasks' domain (Peters et al. 2018, Section 3.4). Only the train split
+  is trained on; dev picks the checkpoint and test is reported.
 
     python -m training.downstream_data DATA_DIR OUT_DIR
 """
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Dict, Iterator, List, Sequence, Tuple
@@ -16,7 +20,11 @@ import spacy
 import typer
 from spacy.tokens import Doc, DocBin
 
+from .corpus import MANIFEST, ShardWriter
+from .vocab import write_text_atomically
+
 FRACTIONS = (1, 10, 100)
+MAX_SENTENCE_LENGTH = 256  # as the corpus step and the component
 
 
 def ewt_docs(path: Path, vocab) -> List[Doc]:
@@ -76,6 +84,21 @@ def nested_subsets(docs: Sequence[Doc], fractions: Sequence[int], seed: int) -> 
     return {f: [docs[i] for i in sorted(order[: max(1, round(len(docs) * f / 100))])] for f in fractions}
 
 
+def save_task_text(docs_by_split: Dict[str, Sequence[Doc]], output: Path) -> Dict:
+    """Unlabeled token lists of each split as corpus shards plus a manifest (training.corpus's layout)."""
+    manifest: Dict = {"pipeline": "gold tokens of UD English-EWT and WNUT-17", "max_sentence_length": MAX_SENTENCE_LENGTH, "splits": {}}
+    for split, docs in docs_by_split.items():
+        writer = ShardWriter(output / split, shard_size=10000)
+        for doc in docs:
+            words = [t.text for t in doc if not t.is_space]
+            for start in range(0, len(words), MAX_SENTENCE_LENGTH):
+                writer.add(words[start : start + MAX_SENTENCE_LENGTH])
+        writer.flush()
+        manifest["splits"][split] = {"shards": writer.shards, "sentences": writer.sentences, "tokens": writer.tokens}
+    write_text_atomically(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
 def save(docs: Sequence[Doc], path: Path) -> Tuple[int, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     DocBin(docs=docs, store_user_data=False).to_disk(path)
@@ -90,10 +113,18 @@ def main(data: Path = typer.Argument(..., help="The shared data folder (ud-engli
     train = ewt_docs(ewt / "en_ewt-ud-train.conllu", vocab)
     for fraction, docs in nested_subsets(train, FRACTIONS, seed).items():
         typer.echo(f"upos train {fraction}%: {save(docs, output / f'upos-train-{fraction}.spacy')}")
+    text = {"train": list(train)}
     for split in ("dev", "test"):
-        typer.echo(f"upos {split}: {save(ewt_docs(ewt / f'en_ewt-ud-{split}.conllu', vocab), output / f'upos-{split}.spacy')}")
+        docs = ewt_docs(ewt / f"en_ewt-ud-{split}.conllu", vocab)
+        text[split] = list(docs)
+        typer.echo(f"upos {split}: {save(docs, output / f'upos-{split}.spacy')}")
     for split in ("train", "dev", "test"):
-        typer.echo(f"ner {split}: {save(wnut_docs(data / 'wnut17' / f'{split}.conll', vocab), output / f'ner-{split}.spacy')}")
+        docs = wnut_docs(data / "wnut17" / f"{split}.conll", vocab)
+        text[split].extend(docs)
+        typer.echo(f"ner {split}: {save(docs, output / f'ner-{split}.spacy')}")
+    splits = save_task_text(text, output / "text")["splits"]
+    sizes = ", ".join(f"{split} {info['tokens']:,} tokens" for split, info in splits.items())
+    typer.echo(f"task text (unlabeled): {sizes}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python -m training.evaluate RUN --text held-out.txt --output ppl.json
     python -m training.evaluate MODEL --shards corpus/test --output ppl.json
+    python -m training.evaluate RUN --split test --output ppl.json   # the run's own corpus
 
 MODEL is a biLM with its LM head and ``vocab.txt``: a training checkpoint, or a run directory
 (its latest checkpoint). Reported: forward,
@@ -22,7 +23,7 @@ import typer
 from spacy_elmo.weights import load_bilm
 
 from .batching import TokenTable, TrainingBatch, batches_in_order
-from .checkpoint import latest_checkpoint
+from .checkpoint import resolve_checkpoint
 from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
 from .objective import LanguageModelLoss
 from .pretrain import perplexity
@@ -45,17 +46,13 @@ def unigram_perplexity(vocab: Vocabulary, batches: List[TrainingBatch]) -> float
     return math.exp(nll / count)
 
 
-def resolve_model(path: Path) -> Path:
-    """A checkpoint directory, or a run directory / checkpoints directory meaning its latest."""
-    path = Path(path)
-    for checkpoints in (path / "checkpoints", path):
-        if (checkpoints / "latest").is_file():
-            return latest_checkpoint(checkpoints)
-    return path
-
-
-def evaluate(model: Path, token_lists: Iterable[List[str]], vocab_path: Optional[Path] = None, batch_tokens: int = 4096) -> Dict:
-    model = resolve_model(model)
+def evaluate(
+    model: Path, token_lists: Iterable[List[str]], vocab_path: Optional[Path] = None, batch_tokens: int = 4096,
+    device: Optional[str] = None,
+) -> Dict:
+    """Scores on ``device`` (default: CUDA when available, else CPU)."""
+    model = resolve_checkpoint(model)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     vocab = Vocabulary.load(vocab_path or model / "vocab.txt")
     bilm = load_bilm(model)
     if bilm.lm_head is None or bilm.config.vocab_size != len(vocab):
@@ -67,7 +64,7 @@ def evaluate(model: Path, token_lists: Iterable[List[str]], vocab_path: Optional
     batches = batches_of(token_lists, table, batch_tokens)
     if not batches:
         raise ValueError("No tokens to evaluate on.")
-    scores = perplexity(LanguageModelLoss(bilm), batches, torch.device("cpu"))
+    scores = perplexity(LanguageModelLoss(bilm.to(device)), batches, device)
     words = torch.cat([b.word_ids for b in batches])
     boundaries = 2 * sum(len(b.lengths) for b in batches)
     return {
@@ -81,17 +78,28 @@ def evaluate(model: Path, token_lists: Iterable[List[str]], vocab_path: Optional
     }
 
 
+def training_corpus(model: Path) -> Path:
+    """The corpus directory of the run that MODEL (a run or one of its checkpoints) belongs to."""
+    for directory in (Path(model), *Path(model).resolve().parents):
+        if (directory / "train-config.json").is_file():
+            return Path(json.loads((directory / "train-config.json").read_text())["corpus"])
+    raise typer.BadParameter(f"{model} is not inside a training run (no train-config.json); give --shards instead.")
+
+
 def main(
     model: Path = typer.Argument(..., help="A training checkpoint directory (biLM with head + vocab.txt)."),
     text: Optional[Path] = typer.Option(None, help="Held-out raw text (one paragraph per line)."),
     shards: Optional[Path] = typer.Option(None, help="Or a split directory of prepared shards."),
+    split: Optional[str] = typer.Option(None, help="Or a split (test, dev) of the corpus MODEL was trained on."),
     output: Optional[Path] = typer.Option(None, help="Write the JSON here (else print it)."),
     pipeline: str = typer.Option("en", help="Tokenizer and sentence splitter for --text (as for the corpus)."),
     vocab: Optional[Path] = typer.Option(None, help="vocab.txt, if not in MODEL."),
 ) -> None:
     """Full-softmax perplexity of a biLM on held-out text."""
-    if (text is None) == (shards is None):
-        raise typer.BadParameter("give exactly one of --text or --shards.")
+    if sum(option is not None for option in (text, shards, split)) != 1:
+        raise typer.BadParameter("give exactly one of --text, --shards or --split.")
+    if split is not None:
+        shards = training_corpus(model) / split
     if text is not None:
         stats: Dict[str, int] = {}
         token_lists = sentences(load_splitter(pipeline), (p for p in read_paragraphs(text, stats) if p), 256)

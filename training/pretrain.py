@@ -32,7 +32,7 @@ from spacy_elmo.config import BiLMConfig
 from spacy_elmo.weights import load_bilm, save_bilm
 
 from .batching import SentenceArray, TokenTable, TrainingBatch, batches_in_order, make_batch, open_streams
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import latest_checkpoint, load_checkpoint, resolve_checkpoint, save_checkpoint
 from .corpus import shard_paths
 from .curve import plot_learning_curve
 from .objective import LanguageModelLoss
@@ -42,10 +42,10 @@ from .vocab import Vocabulary
 @dataclass
 class TrainConfig:
     corpus: str = ""                  # directory with train/ and dev/ shards
-    vocab: str = ""                   # vocab.txt
+    vocab: str = ""                   # vocab.txt; default with init_from: the source's vocab.txt
     preset: str = "small"             # BiLMConfig preset ...
     model: Dict[str, Any] = field(default_factory=dict)  # ... and overrides of its sizes
-    init_from: Optional[str] = None   # a native biLM or checkpoint to continue training from
+    init_from: Optional[str] = None   # a native biLM, checkpoint or run (its latest) to continue training
     softmax: str = "full"             # "full" or "sampled"
     n_samples: int = 8192             # sampled softmax candidates per batch
     optimizer: str = "adagrad"        # "adagrad" (the original, lr 0.2) or "adam"
@@ -136,11 +136,12 @@ def build_bilm(cfg: TrainConfig, vocab: Vocabulary) -> BiLM:
     if not cfg.init_from:
         config = BiLMConfig.preset(cfg.preset, **cfg.model, vocab_size=len(vocab), dropout=cfg.dropout)
         return BiLM(config)
-    source = load_bilm(cfg.init_from)
+    source_dir = resolve_checkpoint(Path(cfg.init_from))
+    source = load_bilm(source_dir)
     bilm = BiLM(source.config.replace(vocab_size=len(vocab), dropout=cfg.dropout))
     state = {k: v for k, v in source.state_dict().items() if not k.startswith("lm_head.")}
     bilm.load_state_dict(state, strict=False)
-    source_vocab = Path(cfg.init_from) / "vocab.txt"
+    source_vocab = source_dir / "vocab.txt"
     if source.lm_head is not None and source_vocab.is_file():
         old = Vocabulary.load(source_vocab)
         shared = [(i, old.index[w]) for i, w in enumerate(vocab.words) if w in old.index and old.index[w] < source.config.vocab_size]
@@ -149,6 +150,15 @@ def build_bilm(cfg: TrainConfig, vocab: Vocabulary) -> BiLM:
                 bilm.lm_head.weight[new_row] = source.lm_head.weight[old_row]
                 bilm.lm_head.bias[new_row] = source.lm_head.bias[old_row]
     return bilm
+
+
+def vocab_path(cfg: TrainConfig) -> Path:
+    """The configured vocab.txt, else the one of the model given as init_from."""
+    if cfg.vocab:
+        return Path(cfg.vocab)
+    if cfg.init_from and (resolve_checkpoint(Path(cfg.init_from)) / "vocab.txt").is_file():
+        return resolve_checkpoint(Path(cfg.init_from)) / "vocab.txt"
+    raise ValueError("No vocabulary: set vocab (a vocab.txt from `python -m training.vocab`), or init_from a checkpoint that has one.")
 
 
 def make_optimizer(cfg: TrainConfig, bilm: BiLM) -> torch.optim.Optimizer:
@@ -232,7 +242,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     run = Run.setup(cfg)
     output = Path(output)
     corpus, checkpoints = Path(cfg.corpus), output / "checkpoints"
-    vocab = Vocabulary.load(Path(cfg.vocab))
+    vocab = Vocabulary.load(vocab_path(cfg))
     table = TokenTable(vocab)
     streams = open_streams(corpus / "train", run.streams, run.n_streams, cfg.batch_tokens, cfg.seed, table)
     dev = dev_batches(corpus, table, cfg.eval_tokens, cfg.batch_tokens) if run.main else []

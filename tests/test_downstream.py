@@ -1,0 +1,93 @@
+"""Downstream data: EWT and WNUT readers, nested training subsets, the tasks' unlabeled text."""
+import json
+
+import spacy
+
+from training.corpus import read_sentences
+from training.downstream_data import ewt_docs, nested_subsets, save_task_text, wnut_docs
+
+CONLLU = """# sent_id = a
+# text = I don't know.
+1\tI\tI\tPRON\tPRP\t_\t3\tnsubj\t_\t_
+2-3\tdon't\t_\t_\t_\t_\t_\t_\t_\t_
+2\tdo\tdo\tAUX\tVBP\t_\t3\taux\t_\t_
+3\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_
+4\tknow\tknow\tVERB\tVB\t_\t0\troot\t_\tSpaceAfter=No
+5\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
+
+# sent_id = b
+1\tYes\tyes\tINTJ\tUH\t_\t0\troot\t_\tSpaceAfter=No
+1.1\tgone\t_\t_\t_\t_\t_\t_\t_\t_
+2\t!\t!\tPUNCT\t.\t_\t1\tpunct\t_\t_
+"""
+WNUT = "@paulwalk\tO\nvisits\tO\nEmpire\tB-location\nState\tI-location\n\nok\tO\n"
+
+
+def test_ewt_reader_keeps_syntactic_words_and_upos(tmp_path):
+    path = tmp_path / "ewt.conllu"
+    path.write_text(CONLLU, encoding="utf-8")
+    docs = ewt_docs(path, spacy.blank("en").vocab)
+    assert [[t.text for t in d] for d in docs] == [["I", "do", "n't", "know", "."], ["Yes", "!"]]
+    assert [t.tag_ for t in docs[0]] == ["PRON", "AUX", "PART", "VERB", "PUNCT"]
+    assert [t.whitespace_ for t in docs[0]][:4] == [" ", " ", " ", ""], "SpaceAfter=No is kept"
+
+
+def test_wnut_reader_reads_entities(tmp_path):
+    path = tmp_path / "wnut.conll"
+    path.write_text(WNUT, encoding="utf-8")
+    docs = wnut_docs(path, spacy.blank("en").vocab)
+    assert [(e.text, e.label_) for e in docs[0].ents] == [("Empire State", "location")]
+    assert len(docs) == 2 and docs[1][0].ent_iob_ == "O"
+
+
+def test_training_subsets_are_nested_and_seeded():
+    nlp = spacy.blank("en")
+    docs = [nlp.make_doc(f"sentence {i}") for i in range(1000)]
+    subsets = nested_subsets(docs, (1, 10, 100), seed=0)
+    texts = {k: {d.text for d in v} for k, v in subsets.items()}
+    assert [len(texts[k]) for k in (1, 10, 100)] == [10, 100, 1000]
+    assert texts[1] <= texts[10] <= texts[100]
+    assert texts[1] == {d.text for d in nested_subsets(docs, (1, 10, 100), seed=0)[1]}
+    assert texts[1] != {d.text for d in nested_subsets(docs, (1, 10, 100), seed=1)[1]}
+
+
+def test_task_text_is_a_corpus_of_the_gold_tokens(tmp_path):
+    nlp = spacy.blank("en")
+    train = [nlp.make_doc("Hello  world !"), nlp.make_doc(" ".join(["w"] * 600))]
+    manifest = save_task_text({"train": train, "dev": [nlp.make_doc("A b")], "test": [nlp.make_doc("C")]}, tmp_path / "text")
+    sentences = list(read_sentences(tmp_path / "text" / "train"))
+    assert sentences[0] == ["Hello", "world", "!"], "whitespace tokens are dropped"
+    assert [len(s) for s in sentences[1:]] == [256, 256, 88], "long sentences are cut as in the component"
+    assert manifest["splits"]["train"] == {"shards": 1, "sentences": 4, "tokens": 603}
+    assert json.loads((tmp_path / "text" / "manifest.json").read_text()) == manifest
+    assert list(read_sentences(tmp_path / "text" / "test")) == [["C"]]
+
+
+def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monkeypatch):
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from training import downstream
+
+    monkeypatch.chdir(tmp_path)
+    metrics = tmp_path / "metrics" / "downstream"
+    metrics.mkdir(parents=True)
+
+    def run(task, size, variant, seed_scores, **extra):
+        std = float(np.std(seed_scores, ddof=1)) if len(seed_scores) > 1 else 0.0
+        record = {"task": task, "size": size, "variant": variant, "score": float(np.mean(seed_scores)), "score_std": std, "seed_scores": seed_scores}
+        (metrics / f"{task}-{size}-{variant}.json").write_text(json.dumps({**record, **extra}))
+
+    run("upos", 1, "baseline", [0.70, 0.72, 0.74])
+    run("upos", 1, "elmo", [0.80, 0.81, 0.82], layer_weights=[0.2, 0.5, 0.3], gamma=0.9)
+    run("ner", 100, "baseline", [0.20])
+    run("ner", 100, "elmo", [0.25], layer_weights=[0.3, 0.3, 0.4], gamma=1.1)
+    result = CliRunner().invoke(downstream.app, ["report", "--output", "RESULTS.md", "--results", "out"])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "| 1% | 3 | 72.00 ± 2.00 | 81.00 ± 1.00 | +9.00 |" in text
+    assert "| 1 | 20.00 | 25.00 | +5.00 |" in text
+    assert "UPOS 1%: softmax(s) = [0.200, 0.500, 0.300], gamma = 0.900" in text
+    assert "![layer weights](out/downstream-layer-weights.png)" in text
+    assert (tmp_path / "out" / "downstream-layer-weights.png").stat().st_size > 10000
+    assert json.loads((tmp_path / "out" / "downstream.json").read_text())["runs"]["upos-1-elmo"]["seed_scores"] == [0.80, 0.81, 0.82]
