@@ -128,11 +128,16 @@ def pretrain_in_subprocess(corpus, run, **settings):
     subprocess.run(pretrain_command(corpus, run, **settings), check=True, cwd=ROOT, capture_output=True)
 
 
+def uninterrupted_losses(corpus, tmp_path, **settings):
+    """The losses of the run that the interrupted one must reproduce."""
+    pretrain_in_subprocess(corpus, tmp_path / "straight", **settings)
+    return losses(tmp_path / "straight")
+
+
 @pytest.mark.slow
 def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path):
     settings = dict(max_steps=200, checkpoint_every=10)
-    straight = tmp_path / "straight"
-    pretrain_in_subprocess(corpus, straight, **settings)
+    expected = uninterrupted_losses(corpus, tmp_path, **settings)
     killed = tmp_path / "killed"
     process = subprocess.Popen(pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -143,7 +148,7 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     process.wait()
     assert 0 < len(losses(killed)) < 200, "killed mid-run"
     pretrain_in_subprocess(corpus, killed, **settings)
-    assert losses(killed) == losses(straight)
+    assert losses(killed) == expected
     assert not list((killed / "checkpoints").glob(".step-*")), "no half-written checkpoint left"
 
 
@@ -181,6 +186,8 @@ def test_evaluate_reports_perplexities_and_a_unigram_baseline(corpus, tmp_path):
     # --split test: the test split of the corpus the run was trained on.
     evaluate_cli(tmp_path / "run", text=None, shards=None, split="test", output=tmp_path / "ppl.json", pipeline="en", vocab=None)
     assert json.loads((tmp_path / "ppl.json").read_text())["perplexity"] == pytest.approx(result["perplexity"], rel=1e-12)
+    with pytest.raises(ValueError, match=r"corpus/no-such-split: no shard"):  # the split named is the one read
+        evaluate_cli(tmp_path / "run", text=None, shards=None, split="no-such-split", output=None, pipeline="en", vocab=None)
     with pytest.raises(ValueError, match="has no LM head"):
         evaluate(tmp_path / "run" / "bilm", [["The", "cat"]], corpus / "vocab.txt")
 
@@ -260,8 +267,7 @@ app(sys.argv[1:])
 @pytest.mark.slow
 def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path):
     settings = dict(max_steps=12, checkpoint_every=4)
-    straight = tmp_path / "straight"
-    pretrain_in_subprocess(corpus, straight, **settings)
+    expected = uninterrupted_losses(corpus, tmp_path, **settings)
     crashed = tmp_path / "crashed"
     arguments = pretrain_command(corpus, crashed, **settings)[3:]
     died = subprocess.run([sys.executable, "-c", CRASH_DURING_CHECKPOINT, *arguments], cwd=ROOT, capture_output=True)
@@ -269,7 +275,7 @@ def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path
     assert (crashed / "checkpoints" / "latest").read_text().strip() == "step-00000004"
     assert list((crashed / "checkpoints").glob(".step-*")), "the half-written checkpoint is only a temporary"
     pretrain_in_subprocess(corpus, crashed, **settings)
-    assert losses(crashed) == losses(straight)
+    assert losses(crashed) == expected
     assert not list((crashed / "checkpoints").glob(".step-*")), "cleaned up on the next checkpoint"
 
 

@@ -26,6 +26,7 @@ from .vocab import write_text_atomically
 
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
+MAX_SENTENCE_LENGTH = 256  # the component's default max_sentence_length
 
 
 def load_splitter(pipeline: str = "en"):
@@ -93,13 +94,19 @@ def documents(files: Sequence[Path], stats: Dict[str, int]) -> Iterator[List[str
             yield paragraphs
 
 
+def token_lists(tokens: Iterable, max_sentence_length: int) -> Iterator[List[str]]:
+    """The texts of a sentence's spaCy tokens, whitespace tokens left out, cut into pieces of at most
+    ``max_sentence_length`` (as the component shows them to the biLM)."""
+    texts = [token.text for token in tokens if not token.is_space]
+    for start in range(0, len(texts), max_sentence_length):
+        yield texts[start : start + max_sentence_length]
+
+
 def sentences(nlp, paragraphs: Iterable[str], max_sentence_length: int, batch_size: int = 256) -> Iterator[List[str]]:
     """Token lists of the sentences in ``paragraphs``, whitespace tokens left out, long ones cut."""
     for doc in nlp.pipe(paragraphs, batch_size=batch_size):
         for sentence in doc.sents:
-            tokens = [token.text for token in sentence if not token.is_space]
-            for start in range(0, len(tokens), max_sentence_length):
-                yield tokens[start : start + max_sentence_length]
+            yield from token_lists(sentence, max_sentence_length)
 
 
 class ShardWriter:
@@ -132,7 +139,7 @@ def prepare_corpus(
     splits: Dict[str, List[Path]],
     pipeline: str = "en",
     shard_size: int = 10000,
-    max_sentence_length: int = 256,
+    max_sentence_length: int = MAX_SENTENCE_LENGTH,
 ) -> Dict:
     """Tokenize and shard each split's files. Returns the manifest."""
     output = Path(output)
@@ -226,7 +233,7 @@ def main(
     split: str = typer.Option("0.98,0.01,0.01", help="Fractions of documents for train, dev, test with --source."),
     pipeline: str = typer.Option("en", help="Language code (blank pipeline + sentencizer) or a spaCy pipeline."),
     shard_size: int = typer.Option(10000, help="Sentences per shard."),
-    max_sentence_length: int = typer.Option(256, help="Longer sentences are cut into pieces."),
+    max_sentence_length: int = typer.Option(MAX_SENTENCE_LENGTH, help="Longer sentences are cut into pieces."),
     seed: int = typer.Option(13, help="Seed of the document split."),
 ) -> None:
     """Prepare a pretraining corpus."""

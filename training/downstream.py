@@ -71,11 +71,10 @@ def train(
         raise typer.BadParameter(f"--seeds must be at least 1, got {seeds}.")
     name = f"{task}-{size}-{variant}"
     per_seed = [_train_seed(task, size, variant, data, elmo, runs, seed) for seed in range(seeds)]
-    test_scores = [score for score, _ in per_seed]
+    test_scores = [scores["tag_acc"] if task == "upos" else scores["ents_f"] for scores, _ in per_seed]
     result = {"task": task, "size": size, "variant": variant, "max_steps": BUDGETS[(task, size)][0],
               "score": float(np.mean(test_scores)), "score_std": float(np.std(test_scores, ddof=1)) if seeds > 1 else 0.0,
-              "seed_scores": test_scores, "train_minutes": [minutes for _, minutes in per_seed],
-              "scores": json.loads((METRICS / "seeds" / f"{name}-seed0.test.json").read_text())}
+              "seed_scores": test_scores, "train_minutes": [minutes for _, minutes in per_seed], "scores": per_seed[0][0]}
     if variant == "elmo":
         mixes = [learned_mix(_run_dir(runs, name, seed) / "model-best") for seed in range(seeds)]
         result["layer_weights"] = [float(w) for w in np.mean([weights for weights, _ in mixes], axis=0)]
@@ -88,8 +87,8 @@ def _run_dir(runs: Path, name: str, seed: int) -> Path:
     return runs / (name if seed == 0 else f"{name}-seed{seed}")
 
 
-def _train_seed(task: str, size: int, variant: str, data: Path, elmo: Optional[Path], runs: Path, seed: int) -> Tuple[float, Optional[float]]:
-    """(test score, training minutes or None when reused) of one seed."""
+def _train_seed(task: str, size: int, variant: str, data: Path, elmo: Optional[Path], runs: Path, seed: int) -> Tuple[Dict, Optional[float]]:
+    """(spacy evaluate's test scores, training minutes or None when reused) of one seed."""
     import spacy
 
     name = f"{task}-{size}-{variant}"
@@ -113,8 +112,7 @@ def _train_seed(task: str, size: int, variant: str, data: Path, elmo: Optional[P
         scores_path.parent.mkdir(parents=True, exist_ok=True)
         evaluate = [sys.executable, "-m", "spacy", "evaluate", str(output / "model-best"), str(data / f"{task}-test.spacy"), "--output", str(scores_path)]
         subprocess.run(evaluate, check=True)
-    scores = json.loads(scores_path.read_text())
-    return (scores["tag_acc"] if task == "upos" else scores["ents_f"]), minutes
+    return json.loads(scores_path.read_text()), minutes
 
 
 def learned_mix(model_path: Path) -> Tuple[List[float], float]:
@@ -247,12 +245,18 @@ def _corpus_origin(corpus: Path) -> str:
     return _shown(str(corpus)) + (f", made from {', '.join(_shown(s) for s in sources)}" if sources else "")
 
 
+def _run_summary(run: Path) -> Tuple[Dict, Dict, Dict]:
+    """A training run's report entry, its training config, and its last logged step."""
+    train = json.loads((run / "train-config.json").read_text())
+    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line][-1]
+    return {"run": str(run), "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}, train, last
+
+
 def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
     """What the report says about the biLM: its sizes, training data and perplexity."""
     config = json.loads((run / "bilm" / "config.json").read_text())["config"]
-    train = json.loads((run / "train-config.json").read_text())
-    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line][-1]
-    info = {"run": str(run), "config": config, "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}
+    info, train, _ = _run_summary(run)
+    info["config"] = config
     text = (f"`{train['preset']}` preset ({config['n_layers']} x {config['lstm_dim']} LSTM cells, projection {config['projection_dim']}, "
             f"{sum(n for _, n in config['filters'])} char filters), pretrained for {info['minutes']:.0f} minutes on this 2-core CPU "
             f"({info['tokens_seen']:,} tokens of {_corpus_origin(Path(train['corpus']))})")
@@ -266,10 +270,8 @@ def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
 
 def describe_finetuning(run: Path, perplexity: Optional[Path], before: Optional[Path]) -> Dict:
     """What the report says about fine-tuning the biLM on the tasks' unlabeled text."""
-    train = json.loads((run / "train-config.json").read_text())
-    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line][-1]
+    info, train, last = _run_summary(run)
     manifest = json.loads((Path(train["corpus"]) / "manifest.json").read_text())
-    info = {"run": str(run), "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}
     text = (f"Then fine-tuned for {info['minutes']:.0f} minutes ({last['step']} steps, {last['tokens']:,} tokens) on the tasks' "
             f"unlabeled training text ({manifest['splits']['train']['tokens']:,} tokens of EWT + WNUT train; the paper's section 3.4), "
             f"and frozen")

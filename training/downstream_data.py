@@ -20,11 +20,10 @@ import spacy
 import typer
 from spacy.tokens import Doc, DocBin
 
-from .corpus import MANIFEST, ShardWriter
+from .corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
 from .vocab import write_text_atomically
 
 FRACTIONS = (1, 10, 100)
-MAX_SENTENCE_LENGTH = 256  # as the corpus step and the component
 
 
 def ewt_docs(path: Path, vocab) -> List[Doc]:
@@ -90,9 +89,8 @@ def save_task_text(docs_by_split: Dict[str, Sequence[Doc]], output: Path) -> Dic
     for split, docs in docs_by_split.items():
         writer = ShardWriter(output / split, shard_size=10000)
         for doc in docs:
-            words = [t.text for t in doc if not t.is_space]
-            for start in range(0, len(words), MAX_SENTENCE_LENGTH):
-                writer.add(words[start : start + MAX_SENTENCE_LENGTH])
+            for tokens in token_lists(doc, MAX_SENTENCE_LENGTH):
+                writer.add(tokens)
         writer.flush()
         manifest["splits"][split] = {"shards": writer.shards, "sentences": writer.sentences, "tokens": writer.tokens}
     write_text_atomically(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")

@@ -156,8 +156,9 @@ def vocab_path(cfg: TrainConfig) -> Path:
     """The configured vocab.txt, else the one of the model given as init_from."""
     if cfg.vocab:
         return Path(cfg.vocab)
-    if cfg.init_from and (resolve_checkpoint(Path(cfg.init_from)) / "vocab.txt").is_file():
-        return resolve_checkpoint(Path(cfg.init_from)) / "vocab.txt"
+    source_vocab = resolve_checkpoint(Path(cfg.init_from)) / "vocab.txt" if cfg.init_from else None
+    if source_vocab and source_vocab.is_file():
+        return source_vocab
     raise ValueError("No vocabulary: set vocab (a vocab.txt from `python -m training.vocab`), or init_from a checkpoint that has one.")
 
 
