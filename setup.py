@@ -23,6 +23,7 @@ setup(
         "spacy>=3.8,<3.9",
         "thinc>=8.3,<8.4",
         "numpy>=1.23",
+        "requests>=2.25",
         "safetensors>=0.4",
         "srsly>=2.4",
         "tqdm>=4.60",

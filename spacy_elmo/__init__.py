@@ -7,10 +7,14 @@ from .task_mix import ElmoEmbed, ElmoTok2Vec, TaskMix
 from .config import PRESETS, BiLMConfig, ConfigError, config_from_options
 from .embed import embed_sentences, reset_state
 from .weights import WeightsError, import_original, load_bilm, save_bilm
+from .download import DownloadError
+from .model_cache import download_model, resolve_weights
+from .models import CATALOGUE, PublishedModel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BiLM", "BiLMOutput", "Blocking", "Elmo", "ElmoEmbed", "ElmoTok2Vec", "TaskMix", "install_vector_hooks", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
     "embed_sentences", "import_original", "load_bilm", "reset_state", "save_bilm", "__version__",
+    "CATALOGUE", "DownloadError", "PublishedModel", "download_model", "resolve_weights",
 ]

@@ -1,4 +1,4 @@
-"""Command line: python -m spacy_elmo convert | info | embed."""
+"""Command line: python -m spacy_elmo models | download | package | convert | convert-efml | info | embed."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,11 @@ import typer
 from wasabi import msg
 
 from .config import ConfigError
+from .download import DownloadError
+from .models import CATALOGUE, UnknownModelError
 from .weights import WeightsError, import_original, load_bilm, save_bilm
+
+_MODEL_ERRORS = (WeightsError, ConfigError, DownloadError, UnknownModelError, FileExistsError)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="ELMo biLMs for spaCy.")
 
@@ -26,6 +30,74 @@ def convert(
     except (WeightsError, ConfigError) as err:
         msg.fail("Conversion failed", str(err), exits=1)
     msg.good(f"Saved the biLM to {output}", _describe(bilm))
+
+
+@app.command("convert-efml")
+def convert_efml(
+    model_dir: Path = typer.Argument(..., help="An ELMoForManyLangs model directory (config.json, char.dic, encoder.pkl, ...)."),
+    output: Path = typer.Argument(..., help="Directory for the native biLM."),
+) -> None:
+    """Convert an ELMoForManyLangs model to the native format (its .pkl files are read without unpickling code)."""
+    from .efml import import_efml
+    from .io import atomic_directory
+
+    try:
+        bilm = import_efml(model_dir)
+        with atomic_directory(output) as temporary:
+            save_bilm(bilm, temporary)
+    except _MODEL_ERRORS as err:
+        msg.fail("Conversion failed", str(err), exits=1)
+    msg.good(f"Saved the biLM to {output}", _describe(bilm))
+
+
+@app.command()
+def models(language: str = typer.Option(None, "--language", "-l", help="Only this language (ISO code, e.g. de).")) -> None:
+    """List the published models that `download`, `package` and the elmo component know by name."""
+    rows = [
+        (m.name, m.language, m.format, m.parameters or "?", m.trained_on[:60])
+        for m in CATALOGUE.values() if language in (None, m.language)
+    ]
+    msg.table(rows, header=("name", "language", "format", "parameters", "trained on"), divider=True)
+
+
+@app.command()
+def download(
+    name: str = typer.Argument(..., help="A catalogue name (see `models`), a URL of a model archive, or, with --options/--weights, a label of your choice."),
+    output: Path = typer.Argument(..., help="Directory for the native biLM (must not exist, or be empty)."),
+    options: str = typer.Option(None, "--options", help="URL (http(s):// or file://) of a bilm-tf options.json not in the catalogue."),
+    weights: str = typer.Option(None, "--weights", help="URL of the matching weights .hdf5."),
+    cache: Path = typer.Option(None, "--cache-dir", help="Cache directory (default: $SPACY_ELMO_CACHE or ~/.cache/spacy-elmo)."),
+) -> None:
+    """Download, check, convert and write a published ELMo model as a native biLM directory.
+
+    Files are cached: a second call downloads nothing, an interrupted download resumes. Offline,
+    place the files in the cache by hand (the error names the path) or use file:// URLs."""
+    from .model_cache import download_model
+
+    try:
+        download_model(name, output, options=options, weights=weights, cache=cache)
+        bilm = load_bilm(output)
+    except (*_MODEL_ERRORS, ValueError) as err:
+        msg.fail("Download failed", str(err), exits=1)
+    msg.good(f"Saved the biLM '{name}' to {output}", _describe(bilm))
+
+
+@app.command()
+def package(
+    name: str = typer.Argument(..., help="A catalogue name (see `models`)."),
+    output: Path = typer.Argument(..., help="Directory for the package (spacy package output)."),
+    version: str = typer.Option("0.0.1", "--version", help="Package version."),
+    lang: str = typer.Option(None, "--lang", help="spaCy language of the pipeline (default: the model's)."),
+) -> None:
+    """Build an installable spaCy pipeline (e.g. en_elmo_original) from a published model."""
+    from .pipeline import package_published
+
+    try:
+        folder = package_published(name, output, version=version, lang=lang)
+    except (*_MODEL_ERRORS, ImportError) as err:
+        msg.fail("Packaging failed", str(err), exits=1)
+    wheels = sorted(folder.glob("dist/*.whl"))
+    msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")
 
 
 @app.command()

@@ -29,6 +29,7 @@ from thinc.api import Config, Model, NumpyOps
 from .attributes import check_mix_settings, install_vector_hooks, mix_layers, mix_spec, register_extensions
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
+from .model_cache import resolve_weights
 from .weights import load_bilm
 
 DEFAULT_MODEL = Config().from_str(
@@ -142,16 +143,19 @@ class Elmo(TrainablePipe):
         nlp: Optional[Language] = None,
         weights: Optional[Union[str, Path]] = None,
     ) -> None:
-        """Load the biLM from ``weights`` (a native biLM directory: ``convert`` or pretraining
-        output), given here or in the component's config. Its sizes replace the architecture's."""
+        """Load the biLM from ``weights``, given here or in the component's config: a native biLM
+        directory (``convert`` or pretraining output), a published model's name (``"original"``;
+        ``python -m spacy_elmo models`` lists them) or a URL of a model archive. Names and URLs
+        are downloaded and converted once into the cache. Its sizes replace the architecture's."""
         path = weights or self.cfg["weights"]
         if not path:
             raise ValueError(
                 "The elmo component needs biLM weights to initialize: nlp.add_pipe('elmo', "
                 "config={'weights': PATH}), or weights = PATH under [initialize.components.elmo], "
-                "PATH being a directory written by `python -m spacy_elmo convert` or by pretraining."
+                "PATH being a directory written by `python -m spacy_elmo convert` or by pretraining, "
+                "or a published model's name such as 'original' (python -m spacy_elmo models)."
             )
-        set_bilm(self.model, load_bilm(path))
+        set_bilm(self.model, load_bilm(resolve_weights(path)))
         self.model.attrs["has_weights"] = True
         self.cfg["weights"] = str(path)
         self.mix  # check layer_weights against the loaded biLM

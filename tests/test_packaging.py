@@ -17,8 +17,19 @@ def run(*command, **kwargs):
     return result.stdout
 
 
+@pytest.fixture(scope="module")
+def fresh_python(tmp_path_factory):
+    """A new virtual environment with torch and spacy-elmo (from this checkout) installed."""
+    environment = tmp_path_factory.mktemp("venv") / "venv"
+    venv.create(environment, with_pip=True)
+    python = environment / "bin" / "python"
+    run(python, "-m", "pip", "install", "-q", "torch==2.13.0")
+    run(python, "-m", "pip", "install", "-q", ROOT)
+    return python
+
+
 @pytest.mark.slow
-def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path):
+def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_python):
     nlp = make_nlp(tiny_weights)
     nlp.meta["name"] = "elmo_tiny_test"
     nlp.meta["version"] = "0.0.1"
@@ -26,11 +37,7 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path):
     (tmp_path / "packages").mkdir()
     run(sys.executable, "-m", "spacy", "package", tmp_path / "pipeline", tmp_path / "packages", "--build", "wheel", "--force")
     (wheel,) = (tmp_path / "packages").glob("*/dist/*.whl")
-    environment = tmp_path / "venv"
-    venv.create(environment, with_pip=True)
-    python = environment / "bin" / "python"
-    run(python, "-m", "pip", "install", "-q", "torch==2.13.0")
-    run(python, "-m", "pip", "install", "-q", ROOT)
+    python = fresh_python
     run(python, "-m", "pip", "install", "-q", wheel)
     check = (
         "import spacy\n"
@@ -39,3 +46,43 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path):
         "print(doc._.elmo_data.shape, len(list(doc.sents)), doc[1].vector.shape)\n"
     )
     assert run(python, "-c", check, cwd=tmp_path).strip() == "(3, 9, 32) 2 (32,)"
+
+
+@pytest.mark.slow
+def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_python):
+    """`python -m spacy_elmo package NAME OUT`, with NAME served by a local server."""
+    from typer.testing import CliRunner
+
+    from file_server import FileServer
+    from spacy_elmo import embed_sentences
+    from spacy_elmo.cli import app
+    from spacy_elmo.download import RemoteFile
+    from spacy_elmo.models import BILM_TF, CATALOGUE, PublishedModel
+
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    files = {"/options.json": (fixture_dir / "options.json").read_bytes(), "/weights.hdf5": (fixture_dir / "lm_weights.hdf5").read_bytes()}
+    with FileServer(files) as server:
+        entry = PublishedModel(
+            name="fixture-elmo", language="en", format=BILM_TF,
+            files=(RemoteFile(server.url("/options.json"), "options.json"), RemoteFile(server.url("/weights.hdf5"), "weights.hdf5")),
+            trained_on="test data", licence="Apache-2.0", citation="Peters et al. (2018)", source="https://allennlp.org/elmo",
+        )
+        monkeypatch.setitem(CATALOGUE, entry.name, entry)
+        result = CliRunner().invoke(app, ["package", "fixture-elmo", str(tmp_path / "packages")])
+    assert result.exit_code == 0, result.output
+    (wheel,) = (tmp_path / "packages" / "en_elmo_fixture_elmo-0.0.1" / "dist").glob("*.whl")
+    run(fresh_python, "-m", "pip", "install", "-q", wheel)
+    check = (
+        "import json, spacy\n"
+        "nlp = spacy.load('en_elmo_fixture_elmo')\n"
+        "doc = nlp('The bank raised rates . We sat by the river .')\n"
+        "print(json.dumps([nlp.pipe_names, nlp.meta['license'], len(list(doc.sents)), doc._.elmo_data[:, :5].tolist()]))\n"
+    )
+    import json
+
+    import numpy as np
+
+    pipes, licence, n_sentences, layers = json.loads(run(fresh_python, "-c", check, cwd=tmp_path))
+    assert pipes == ["sentencizer", "elmo"] and licence == "Apache-2.0" and n_sentences == 2
+    expected = embed_sentences(fixture_bilm, [["The", "bank", "raised", "rates", "."]])[0]
+    np.testing.assert_allclose(np.array(layers), expected, atol=1e-6)

@@ -5,22 +5,19 @@ sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` com
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import spacy
 import typer
+
+from spacy_elmo.pipeline import assemble_pipeline
 
 
 def assemble(weights: Path, output: Path, lang: str = "en", name: str = "elmo", version: str = "0.0.1", perplexity: Path = None):
-    nlp = spacy.blank(lang)
-    nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"weights": str(weights)})
-    nlp.initialize()
-    nlp.meta.update(name=name, version=version, description=f"ELMo contextual vectors from a biLM pretrained with spacy-elmo ({weights}).")
+    meta = {"description": f"ELMo contextual vectors from a biLM pretrained with spacy-elmo ({weights})."}
     if perplexity and Path(perplexity).is_file():
-        import json
-
-        nlp.meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
+        meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
+    nlp = assemble_pipeline(weights, lang, name, version, meta)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)
     return nlp

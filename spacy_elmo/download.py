@@ -1,0 +1,225 @@
+"""Fetching files into a local cache: resumable, size- and checksum-checked, with a progress bar.
+
+    path = fetch(RemoteFile(url, "weights.hdf5", sha256="..."))
+
+The cache lives in ``$SPACY_ELMO_CACHE`` (default ``~/.cache/spacy-elmo``, or under
+``$XDG_CACHE_HOME``). A file is downloaded to ``NAME.part``; an interrupted transfer leaves the
+part behind and the next call asks the server for the rest (HTTP ``Range``). Only a complete file
+whose size and checksum check out is renamed into place, next to a ``NAME.json`` record of its URL,
+size and sha256, so a second call sends no request at all. A file that fails a check is deleted.
+
+Why ``requests`` and not pooch: pooch restarts an interrupted download from byte zero (a 374 MB
+weights file cut at 90% is fetched again whole) and has no ``file://`` downloader; both matter here.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
+
+from .io import atomic_write_json
+
+CACHE_ENVIRONMENT_VARIABLE = "SPACY_ELMO_CACHE"
+CHUNK_BYTES = 1 << 20
+NETWORK_CHUNK_BYTES = 1 << 16  # an interrupted read loses at most this much of what arrived
+CONNECT_TIMEOUT_S = 15
+READ_TIMEOUT_S = 60
+
+
+class DownloadError(OSError):
+    """A file that could not be fetched, or that failed its size or checksum check."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file to fetch: where from, the name to store it under, and what it must be (when known)."""
+
+    url: str
+    filename: str
+    size: Optional[int] = None
+    sha256: Optional[str] = None
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$SPACY_ELMO_CACHE``, else ``$XDG_CACHE_HOME/spacy-elmo``, else
+    ``~/.cache/spacy-elmo``."""
+    configured = os.environ.get(CACHE_ENVIRONMENT_VARIABLE)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "spacy-elmo"
+
+
+def cached_path(remote: RemoteFile, cache: Optional[Path] = None) -> Path:
+    """Where ``remote`` is (or will be) stored: ``CACHE/downloads/<url hash>/<filename>``."""
+    key = hashlib.sha256(remote.url.encode("utf-8")).hexdigest()[:16]
+    return (cache or cache_dir()) / "downloads" / key / _safe_filename(remote.filename)
+
+
+def fetch(remote: RemoteFile, cache: Optional[Path] = None, progress: bool = True) -> Path:
+    """The local path of ``remote``, downloading it (or the rest of it) unless it is cached."""
+    target = cached_path(remote, cache)
+    if _is_cached(target, remote):
+        return target
+    if target.is_file() and not _record_path(target).is_file():
+        return _adopt(target, remote)  # placed there by hand
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    scheme = urlparse(remote.url).scheme
+    if scheme in ("http", "https"):
+        _download_http(remote, part, progress)
+    elif scheme == "file":
+        _copy_local(remote, part, progress)
+    else:
+        raise DownloadError(
+            f"Cannot fetch {remote.url!r}: only http://, https:// and file:// URLs are supported."
+        )
+    digest = _verify(remote, part, delete_on_failure=True)
+    os.replace(part, target)
+    _write_record(target, remote, digest)
+    return target
+
+
+def _adopt(target: Path, remote: RemoteFile) -> Path:
+    digest = _verify(remote, target, delete_on_failure=False)
+    _write_record(target, remote, digest)
+    return target
+
+
+def _write_record(target: Path, remote: RemoteFile, digest: str) -> None:
+    atomic_write_json(_record_path(target), {"url": remote.url, "size": target.stat().st_size, "sha256": digest})
+
+
+def _is_cached(target: Path, remote: RemoteFile) -> bool:
+    record_path = _record_path(target)
+    if not (target.is_file() and record_path.is_file()):
+        return False
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    expected = remote.sha256 or record.get("sha256")
+    return record.get("sha256") == expected and target.stat().st_size == record.get("size")
+
+
+def _record_path(target: Path) -> Path:
+    return target.with_name(target.name + ".json")
+
+
+def _safe_filename(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", Path(unquote(name)).name).lstrip(".")
+    return cleaned or "download"
+
+
+def _verify(remote: RemoteFile, path: Path, delete_on_failure: bool) -> str:
+    """Check a finished file against what the catalogue says; returns its sha256."""
+    size = path.stat().st_size
+    problem = None
+    if remote.size is not None and size != remote.size:
+        problem = f"is {size:,} bytes, expected {remote.size:,} (a truncated or different file)"
+    digest = sha256_of(path) if problem is None else ""
+    if problem is None and remote.sha256 is not None and digest != remote.sha256.lower():
+        problem = f"has sha256 {digest}, expected {remote.sha256} (corrupt, or changed upstream)"
+    if problem is None:
+        return digest
+    if delete_on_failure:
+        path.unlink(missing_ok=True)
+        raise DownloadError(f"{remote.filename} from {remote.url} {problem}. It was deleted; run the command again to retry.")
+    raise DownloadError(f"{path} {problem}. Replace it with the right file or delete it to download again.")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _download_http(remote: RemoteFile, part: Path, progress: bool) -> None:
+    import requests
+
+    have = part.stat().st_size if part.is_file() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    try:
+        with requests.get(remote.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as response:
+            if response.status_code == 416 and have:  # the part is already whole
+                return
+            _raise_for_status(remote, response)
+            resumed = response.status_code == 206
+            total = _expected_total(response, have if resumed else 0)
+            _stream_to(part, response.iter_content(NETWORK_CHUNK_BYTES), append=resumed, total=total, remote=remote, progress=progress)
+    except requests.exceptions.ConnectionError as err:
+        if part.is_file() and part.stat().st_size > have:
+            raise _interrupted(remote, part) from None
+        raise _unreachable(remote, part, err) from None
+    except requests.exceptions.Timeout as err:
+        raise _unreachable(remote, part, err) from None
+    except requests.exceptions.ChunkedEncodingError:
+        raise _interrupted(remote, part) from None
+
+
+def _raise_for_status(remote: RemoteFile, response) -> None:
+    if response.status_code in (200, 206):
+        return
+    raise DownloadError(
+        f"{remote.url} answered HTTP {response.status_code} ({response.reason}). Check the URL; "
+        "for a catalogue model, the publisher may have moved the file: pass its new location "
+        "with --options/--weights, or place the file by hand (see `python -m spacy_elmo download --help`)."
+    )
+
+
+def _expected_total(response, offset: int) -> Optional[int]:
+    length = response.headers.get("Content-Length")
+    return offset + int(length) if length and length.isdigit() else None
+
+
+def _stream_to(part: Path, chunks, append: bool, total: Optional[int], remote: RemoteFile, progress: bool) -> None:
+    from tqdm import tqdm
+
+    initial = part.stat().st_size if append and part.is_file() else 0
+    with open(part, "ab" if append else "wb") as stream, tqdm(
+        total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
+        desc=remote.filename, disable=not progress, leave=False,
+    ) as bar:
+        for chunk in chunks:
+            stream.write(chunk)
+            bar.update(len(chunk))
+        stream.flush()
+        os.fsync(stream.fileno())
+    if total is not None and part.stat().st_size < total:
+        raise _interrupted(remote, part)
+
+
+def _copy_local(remote: RemoteFile, part: Path, progress: bool) -> None:
+    parsed = urlparse(remote.url)
+    source = Path(url2pathname(unquote(parsed.path)))
+    if not source.is_file():
+        raise DownloadError(f"{remote.url}: no such file ({source}).")
+    with open(source, "rb") as stream:
+        chunks = iter(lambda: stream.read(CHUNK_BYTES), b"")
+        _stream_to(part, chunks, append=False, total=source.stat().st_size, remote=remote, progress=progress)
+
+
+def _interrupted(remote: RemoteFile, part: Path) -> DownloadError:
+    size = part.stat().st_size if part.is_file() else 0
+    return DownloadError(
+        f"The download of {remote.url} was interrupted after {size:,} bytes. Run the same command "
+        f"again to resume from there (the part is kept in {part})."
+    )
+
+
+def _unreachable(remote: RemoteFile, part: Path, err: Exception) -> DownloadError:
+    target = part.with_name(part.name[: -len(".part")])
+    return DownloadError(
+        f"Could not reach {remote.url} ({type(err).__name__}). Without network access, download "
+        f"the file on another machine and place it at {target}, or point at local copies with "
+        "file:// URLs (python -m spacy_elmo download NAME OUT --options file:///path/options.json "
+        "--weights file:///path/weights.hdf5)."
+    )

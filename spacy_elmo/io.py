@@ -1,0 +1,83 @@
+"""Small file helpers used everywhere: atomic writes of files and of whole directories.
+
+A reader never sees a half-written file: content goes to a temporary name beside the target,
+is flushed to disk, and is renamed into place (``os.replace`` is atomic on one file system).
+A failure removes the temporary and leaves the target as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator, Union
+
+PathLike = Union[str, Path]
+
+
+def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
+    """Call ``write(temporary_path)``, then rename the temporary file to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        with open(temporary, "rb+") as stream:
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    return atomic_write(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def atomic_write_json(path: PathLike, data: Any) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: PathLike, replace: bool = False) -> Iterator[Path]:
+    """Build a directory under a temporary name and move it to ``path`` when the block succeeds.
+
+    Yields the temporary directory (beside ``path``, so the final rename stays on one file system).
+    If the block raises, the temporary directory is removed and ``path`` is untouched. An existing
+    ``path`` is an error unless ``replace`` is set; then it is swapped out only after the new
+    directory is complete.
+    """
+    path = Path(path)
+    if path.is_dir() and not any(path.iterdir()):
+        path.rmdir()  # an empty directory made for us beforehand holds nothing to keep
+    if path.exists() and not (replace and path.is_dir()):
+        raise FileExistsError(
+            f"{path} already exists; choose another output directory or remove it first."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield temporary
+        _swap_into_place(temporary, path)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _swap_into_place(temporary: Path, path: Path) -> None:
+    if not path.exists():
+        os.replace(temporary, path)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+    os.replace(path, retired / path.name)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        os.replace(retired / path.name, path)  # put the old one back
+        raise
+    finally:
+        shutil.rmtree(retired, ignore_errors=True)

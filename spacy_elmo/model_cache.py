@@ -1,0 +1,195 @@
+"""Names and URLs -> converted native biLM directories in the cache, fetched and converted once.
+
+    resolve_weights("original")          # catalogue name -> CACHE/models/original/
+    resolve_weights("https://.../m.zip") # an archive of a native, bilm-tf or ELMoForManyLangs model
+    resolve_weights("path/to/bilm")      # a local native directory, as is
+    download_model("efml-de", "bilm-de/")
+
+The downloads stay in ``CACHE/downloads`` (see ``download``); the converted model goes to
+``CACHE/models/<key>/`` through a temporary directory, so a failed conversion leaves nothing behind.
+Each converted directory carries ``source.json``: where it came from, the files' sha256, the
+licence and the citation.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Union
+
+from .download import DownloadError, RemoteFile, cache_dir, fetch, sha256_of
+from .io import atomic_directory, atomic_write_json
+from .models import BILM_TF, EFML, PublishedModel, get_model
+from .weights import CONFIG_FILE, WEIGHTS_FILE, WeightsError, import_original, save_bilm
+
+SOURCE_FILE = "source.json"
+_URL_SCHEMES = ("http://", "https://", "file://")
+
+PathLike = Union[str, Path]
+
+
+def is_url(spec: str) -> bool:
+    return str(spec).startswith(_URL_SCHEMES)
+
+
+def resolve_weights(spec: PathLike, cache: Optional[Path] = None, progress: bool = True) -> Path:
+    """A native biLM directory for ``spec``: an existing path, a catalogue name, or a URL."""
+    text = str(spec)
+    if is_url(text):
+        return ensure_url(text, cache, progress)
+    if Path(text).expanduser().exists():
+        return Path(text).expanduser()
+    if "/" in text or "\\" in text:
+        raise WeightsError(f"{text}: no such biLM directory (and not a catalogue name or a URL).")
+    return ensure_model(get_model(text), cache, progress)
+
+
+def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: bool = True) -> Path:
+    """The converted directory of a catalogue model, downloading and converting on first use."""
+    target = _models_dir(cache) / model.name
+    if _is_native(target):
+        return target
+    paths = [fetch(remote, cache, progress) for remote in model.files]
+    if model.format == BILM_TF:
+        return _convert_into(target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model))
+    with _extracted(paths[0]) as folder:
+        return _convert_into(target, lambda: convert_directory(folder), model.files, paths, _provenance(model))
+
+
+def ensure_original_files(options_url: str, weights_url: str, label: str, cache: Optional[Path] = None, progress: bool = True) -> Path:
+    """A bilm-tf model given by the URLs of its options.json and weights.hdf5."""
+    remotes = (RemoteFile(options_url, "options.json"), RemoteFile(weights_url, "weights.hdf5"))
+    target = _models_dir(cache) / f"{_slug(label)}-{_url_key(options_url + ' ' + weights_url)}"
+    if _is_native(target):
+        return target
+    paths = [fetch(remote, cache, progress) for remote in remotes]
+    return _convert_into(target, lambda: import_original(paths[0], paths[1]), remotes, paths, {"name": label})
+
+
+def ensure_url(url: str, cache: Optional[Path] = None, progress: bool = True) -> Path:
+    """An archive (.zip, .tar.gz, .tgz, .tar) holding a native, bilm-tf or ELMoForManyLangs model."""
+    name = url.rstrip("/").rsplit("/", 1)[-1] or "model"
+    target = _models_dir(cache) / f"url-{_url_key(url)}"
+    if _is_native(target):
+        return target
+    remote = RemoteFile(url, name)
+    path = fetch(remote, cache, progress)
+    with _extracted(path) as folder:
+        return _convert_into(target, lambda: convert_directory(folder), (remote,), [path], {"name": url})
+
+
+def download_model(spec: str, output: PathLike, options: Optional[str] = None, weights: Optional[str] = None,
+                   cache: Optional[Path] = None, progress: bool = True, replace: bool = False) -> Path:
+    """Fetch and convert ``spec`` (or the bilm-tf files at ``options``/``weights``) and write the
+    native biLM to ``output`` atomically."""
+    if (options is None) != (weights is None):
+        raise ValueError("Give both --options and --weights (the URLs of options.json and the .hdf5 file), or neither.")
+    if options is not None:
+        source = ensure_original_files(options, weights, spec, cache, progress)
+    else:
+        source = resolve_weights(spec, cache, progress)
+    with atomic_directory(output, replace=replace) as temporary:
+        for item in source.iterdir():
+            if item.is_file():
+                shutil.copy2(item, temporary / item.name)
+    return Path(output)
+
+
+def convert_directory(folder: Path):
+    """A BiLM from a folder holding (somewhere inside) a native, bilm-tf or ELMoForManyLangs model."""
+    from .weights import load_bilm
+
+    for config in sorted(folder.rglob(CONFIG_FILE)):
+        if (config.parent / WEIGHTS_FILE).is_file():
+            return load_bilm(config.parent)
+    for encoder in sorted(folder.rglob("encoder.pkl")):
+        from .efml import import_efml
+
+        return import_efml(encoder.parent)
+    for options in sorted(folder.rglob("options.json")):
+        weights = sorted(options.parent.glob("*.hdf5"))
+        if weights:
+            return import_original(options, weights[0])
+    raise WeightsError(
+        f"Found no model in the archive: expected a native biLM ({CONFIG_FILE} + {WEIGHTS_FILE}), "
+        "an original release (options.json + a .hdf5 file) or an ELMoForManyLangs model (encoder.pkl, "
+        "token_embedder.pkl, char.dic, config.json)."
+    )
+
+
+def _convert_into(target: Path, build, remotes: Sequence[RemoteFile], paths: Sequence[Path], provenance: Dict) -> Path:
+    bilm = build()
+    files = [{"url": r.url, "file": r.filename, "sha256": sha256_of(p), "bytes": p.stat().st_size} for r, p in zip(remotes, paths)]
+    with atomic_directory(target, replace=True) as temporary:
+        save_bilm(bilm, temporary)
+        atomic_write_json(temporary / SOURCE_FILE, {**provenance, "files": files})
+    return target
+
+
+def _provenance(model: PublishedModel) -> Dict:
+    return {
+        "name": model.name, "language": model.language, "format": model.format, "trained_on": model.trained_on,
+        "licence": model.licence, "citation": model.citation, "source": model.source,
+    }
+
+
+class _extracted:
+    """Context manager: an archive unpacked into a temporary folder, removed afterwards."""
+
+    def __init__(self, archive: Path) -> None:
+        self.archive = archive
+        self.folder: Optional[Path] = None
+
+    def __enter__(self) -> Path:
+        self.folder = Path(tempfile.mkdtemp(prefix=".extract-", dir=self.archive.parent))
+        try:
+            _unpack(self.archive, self.folder)
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        return self.folder
+
+    def __exit__(self, *exc_info) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _unpack(archive: Path, folder: Path) -> None:
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as handle:
+            handle.extractall(folder)  # zipfile drops absolute paths and ".." itself
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as handle:
+            _extract_tar_safely(handle, folder)
+    else:
+        raise DownloadError(f"{archive} is neither a zip nor a tar archive; cannot unpack it.")
+
+
+def _extract_tar_safely(handle: tarfile.TarFile, folder: Path) -> None:
+    if hasattr(tarfile, "data_filter"):
+        handle.extractall(folder, filter="data")
+        return
+    root = folder.resolve()
+    for member in handle.getmembers():  # Pythons without extraction filters
+        destination = (folder / member.name).resolve()
+        if root not in destination.parents and destination != root or not (member.isfile() or member.isdir()):
+            raise DownloadError(f"Refusing to unpack {member.name!r}: it points outside the archive's folder or is a link.")
+    handle.extractall(folder)
+
+
+def _is_native(directory: Path) -> bool:
+    return (directory / CONFIG_FILE).is_file() and (directory / WEIGHTS_FILE).is_file()
+
+
+def _models_dir(cache: Optional[Path]) -> Path:
+    return (cache or cache_dir()) / "models"
+
+
+def _url_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label).strip("._") or "model"

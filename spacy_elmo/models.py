@@ -1,0 +1,144 @@
+"""The catalogue of published ELMo models: name -> files, URLs, checksums, language, licence.
+
+    python -m spacy_elmo models                 # the table
+    python -m spacy_elmo download original bilm/
+    nlp.add_pipe("elmo", config={"weights": "original"})
+
+Two formats: ``bilm-tf`` (the original release: options.json + weights.hdf5, AllenNLP's models)
+and ``efml`` (ELMoForManyLangs: a zip with config.json, char.dic, word.dic, encoder.pkl,
+token_embedder.pkl). Sizes and sha256 are given where the publisher states them; where they are
+not known, the first download records the sha256 it got and later uses check against it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from .download import RemoteFile
+
+BILM_TF = "bilm-tf"
+EFML = "efml"
+
+_ALLENNLP = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo"
+_NLPL_EFML = "http://vectors.nlpl.eu/repository/11"
+
+PETERS_2018 = (
+    "Peters, Neumann, Iyyer, Gardner, Clark, Lee, Zettlemoyer (2018). Deep contextualized word "
+    "representations. NAACL-HLT. https://aclanthology.org/N18-1202"
+)
+CHE_2018 = (
+    "Che, Liu, Wang, Zheng, Liu (2018). Towards Better UD Parsing: Deep Contextualized Word "
+    "Embeddings, Ensemble, and Treebank Concatenation. CoNLL 2018 Shared Task. "
+    "https://aclanthology.org/K18-2005; models hosted by the NLPL Vectors Repository (Fares, "
+    "Kutuzov, Oepen, Velldal 2017, https://aclanthology.org/W17-0237)"
+)
+_ALLENNLP_LICENCE = "Apache-2.0 (AllenNLP, which publishes it)"
+_UNSTATED_LICENCE = "not stated by the publisher: check the source before redistributing"
+
+
+class UnknownModelError(ValueError):
+    """A name that is not in the catalogue."""
+
+
+@dataclass(frozen=True)
+class PublishedModel:
+    """One downloadable model. ``files``: options + weights (bilm-tf) or one archive (efml)."""
+
+    name: str
+    language: str
+    format: str
+    files: Tuple[RemoteFile, ...]
+    trained_on: str
+    licence: str
+    citation: str
+    source: str
+    parameters: Optional[str] = None
+
+    @property
+    def spacy_language(self) -> str:
+        """The spaCy language code for its pipelines ("xx" where spaCy has none)."""
+        return _SPACY_LANGUAGE.get(self.language, self.language)
+
+
+def _allennlp(name: str, folder: str, stem: str, weights: str, trained_on: str, parameters: Optional[str], language: str = "en") -> PublishedModel:
+    return PublishedModel(
+        name=name, language=language, format=BILM_TF,
+        files=(
+            RemoteFile(f"{_ALLENNLP}/{folder}/{stem}_options.json", "options.json"),
+            RemoteFile(f"{_ALLENNLP}/{folder}/{weights}", "weights.hdf5"),
+        ),
+        trained_on=trained_on, licence=_ALLENNLP_LICENCE if "contributed" not in folder else _UNSTATED_LICENCE,
+        citation=PETERS_2018, source="https://allennlp.org/elmo", parameters=parameters,
+    )
+
+
+_ONE_BILLION = "1B Word Benchmark (800M tokens of WMT 2011 news)"
+_ALLENNLP_MODELS = [
+    _allennlp("small", "2x1024_128_2048cnn_1xhighway", "elmo_2x1024_128_2048cnn_1xhighway",
+              "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5", _ONE_BILLION, "13.6M"),
+    _allennlp("medium", "2x2048_256_2048cnn_1xhighway", "elmo_2x2048_256_2048cnn_1xhighway",
+              "elmo_2x2048_256_2048cnn_1xhighway_weights.hdf5", _ONE_BILLION, "28.0M"),
+    _allennlp("original", "2x4096_512_2048cnn_2xhighway", "elmo_2x4096_512_2048cnn_2xhighway",
+              "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5", _ONE_BILLION, "93.6M"),
+    _allennlp("original-5.5B", "2x4096_512_2048cnn_2xhighway_5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B",
+              "elmo_2x4096_512_2048cnn_2xhighway_5.5B_weights.hdf5",
+              "Wikipedia (1.9B tokens) and WMT 2008-2012 news (3.6B)", "93.6M"),
+    _allennlp("pubmed", "contributed/pubmed", "elmo_2x4096_512_2048cnn_2xhighway",
+              "elmo_2x4096_512_2048cnn_2xhighway_weights_PubMed_only.hdf5", "PubMed abstracts (contributed)", "93.6M"),
+    _allennlp("pt", "contributed/pt", "elmo_pt", "elmo_pt_weights.hdf5", "Portuguese text (contributed)", None, language="pt"),
+]
+
+# ELMoForManyLangs: (language code, language, NLPL repository id), as listed in its README.
+_EFML_LANGUAGES = [
+    ("ar", "Arabic", 136), ("bg", "Bulgarian", 137), ("ca", "Catalan", 138), ("cs", "Czech", 139),
+    ("cu", "Old Church Slavonic", 140), ("da", "Danish", 141), ("de", "German", 142), ("el", "Greek", 143),
+    ("en", "English", 144), ("es", "Spanish", 145), ("et", "Estonian", 146), ("eu", "Basque", 147),
+    ("fa", "Persian", 148), ("fi", "Finnish", 149), ("fr", "French", 150), ("ga", "Irish", 151),
+    ("gl", "Galician", 152), ("grc", "Ancient Greek", 153), ("he", "Hebrew", 154), ("hi", "Hindi", 155),
+    ("hr", "Croatian", 156), ("hu", "Hungarian", 157), ("id", "Indonesian", 158), ("it", "Italian", 159),
+    ("ja", "Japanese", 160), ("ko", "Korean", 161), ("la", "Latin", 162), ("lv", "Latvian", 163),
+    ("nl", "Dutch", 164), ("nb", "Norwegian Bokmål", 165), ("nn", "Norwegian Nynorsk", 166),
+    ("pl", "Polish", 167), ("pt", "Portuguese", 168), ("ro", "Romanian", 169), ("ru", "Russian", 170),
+    ("sk", "Slovak", 171), ("sl", "Slovene", 172), ("sv", "Swedish", 173), ("tr", "Turkish", 174),
+    ("ug", "Uyghur", 175), ("uk", "Ukrainian", 176), ("ur", "Urdu", 177), ("vi", "Vietnamese", 178),
+    ("zh", "Chinese (traditional)", 179),
+]
+
+# Languages spaCy has no tokenizer class for: their pipelines use the multi-language "xx".
+_SPACY_LANGUAGE = {"cu": "xx", "gl": "xx", "ug": "xx"}
+
+
+def _efml(code: str, language: str, nlpl_id: int) -> PublishedModel:
+    return PublishedModel(
+        name=f"efml-{code}", language=code, format=EFML,
+        files=(RemoteFile(f"{_NLPL_EFML}/{nlpl_id}.zip", f"{nlpl_id}.zip"),),
+        trained_on=f"{language}: 20M words of the CoNLL 2018 shared task raw text (Wikipedia + Common Crawl)",
+        licence=_UNSTATED_LICENCE, citation=CHE_2018,
+        source="https://github.com/HIT-SCIR/ELMoForManyLangs",
+    )
+
+
+CATALOGUE: Dict[str, PublishedModel] = {
+    model.name: model for model in [*_ALLENNLP_MODELS, *(_efml(*entry) for entry in _EFML_LANGUAGES)]
+}
+
+
+def get_model(name: str) -> PublishedModel:
+    """The catalogue entry ``name``; a clear error listing close names otherwise."""
+    if name in CATALOGUE:
+        return CATALOGUE[name]
+    lowered = {key.lower(): key for key in CATALOGUE}
+    if name.lower() in lowered:
+        return CATALOGUE[lowered[name.lower()]]
+    import difflib
+
+    close = difflib.get_close_matches(name, list(CATALOGUE), n=4)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UnknownModelError(
+        f"No published model named {name!r}.{hint} `python -m spacy_elmo models` lists all "
+        f"{len(CATALOGUE)}; a local biLM directory or an http(s)/file URL works too."
+    )
+
+
+def models_for_language(language: str) -> List[PublishedModel]:
+    return [model for model in CATALOGUE.values() if model.language == language]

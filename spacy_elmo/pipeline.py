@@ -1,0 +1,71 @@
+"""Whole spaCy pipelines around a biLM: assemble one, and package a published model as a wheel.
+
+    python -m spacy_elmo package original packages/      # -> packages/en_elmo_original-0.0.1/dist/*.whl
+
+A pipeline is the language's blank pipeline (its own tokenizer), a ``sentencizer`` (the biLM reads
+sentences) and the ``elmo`` component with the weights inside. Published models carry their
+licence, source and citation into ``meta.json``.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import spacy
+from spacy.language import Language
+
+from .model_cache import resolve_weights
+from .models import PublishedModel, get_model
+
+PathLike = Union[str, Path]
+
+
+def assemble_pipeline(weights: PathLike, lang: str = "en", name: str = "elmo", version: str = "0.0.1",
+                      meta: Optional[Dict[str, Any]] = None) -> Language:
+    """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL)."""
+    nlp = spacy.blank(lang)
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(weights)})
+    nlp.initialize()
+    nlp.meta.update(name=name, version=version)
+    nlp.meta.update(meta or {})
+    return nlp
+
+
+def published_pipeline(model: PublishedModel, version: str = "0.0.1", lang: Optional[str] = None,
+                       progress: bool = True) -> Language:
+    """A pipeline around a catalogue model, its licence and citation in the meta."""
+    weights = resolve_weights(model.name, progress=progress)
+    meta = {
+        "description": f"ELMo contextual vectors from the published '{model.name}' biLM ({model.trained_on}). "
+                       f"Cite: {model.citation}",
+        "license": model.licence,
+        "sources": [{"name": f"ELMo '{model.name}'", "url": model.source, "license": model.licence}],
+        "url": model.source,
+    }
+    return assemble_pipeline(weights, lang or model.spacy_language, package_name(model.name), version, meta)
+
+
+def package_name(model_name: str) -> str:
+    """The pipeline name of a published model: "original-5.5B" -> "elmo_original_5_5b"."""
+    return "elmo_" + re.sub(r"[^a-z0-9]+", "_", model_name.lower()).strip("_")
+
+
+def package_pipeline(nlp: Language, output_dir: PathLike) -> Path:
+    """``spacy package`` as a wheel: returns the package folder (``OUT/<lang>_<name>-<version>``)."""
+    from spacy.cli.package import package
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="elmo-pipeline-") as folder:
+        nlp.to_disk(folder)
+        package(Path(folder), output_dir, create_sdist=False, create_wheel=True, force=True, silent=True)
+    return output_dir / f"{nlp.lang}_{nlp.meta['name']}-{nlp.meta['version']}"
+
+
+def package_published(name: str, output_dir: PathLike, version: str = "0.0.1", lang: Optional[str] = None,
+                      progress: bool = True) -> Path:
+    """Download, convert, assemble and package a catalogue model; returns the package folder."""
+    return package_pipeline(published_pipeline(get_model(name), version, lang, progress), output_dir)
