@@ -34,7 +34,11 @@ setup(
         "h5": ["h5py>=3.8"],
         "cuda12x": ["cupy-cuda12x>=12"],
         "train": ["matplotlib>=3.5", "gensim>=4.3"],
-        "dev": ["pytest>=7", "h5py>=3.8", "hypothesis>=6", "matplotlib>=3.5", "gensim>=4.3", "build>=1.0"],
+        "dev": [
+            "pytest>=7", "h5py>=3.8", "hypothesis>=6", "matplotlib>=3.5", "gensim>=4.3", "build>=1.0",
+            # the reference for the ELMoForManyLangs parity tests; its Highway breaks on overrides>=4
+            "elmoformanylangs==0.0.4.post2", "overrides<4",
+        ],
     },
     entry_points={
         "spacy_factories": ["elmo = spacy_elmo.component:make_elmo"],

@@ -8,6 +8,7 @@ from .config import PRESETS, BiLMConfig, ConfigError, config_from_options
 from .embed import embed_sentences, reset_state
 from .weights import WeightsError, import_original, load_bilm, save_bilm
 from .download import DownloadError
+from .efml import import_efml
 from .model_cache import download_model, resolve_weights
 from .models import CATALOGUE, PublishedModel
 
@@ -16,5 +17,5 @@ __version__ = "0.1.0"
 __all__ = [
     "BiLM", "BiLMOutput", "Blocking", "Elmo", "ElmoEmbed", "ElmoTok2Vec", "TaskMix", "install_vector_hooks", "BiLMConfig", "ConfigError", "PRESETS", "WeightsError", "config_from_options",
     "embed_sentences", "import_original", "load_bilm", "reset_state", "save_bilm", "__version__",
-    "CATALOGUE", "DownloadError", "PublishedModel", "download_model", "resolve_weights",
+    "CATALOGUE", "DownloadError", "import_efml", "PublishedModel", "download_model", "resolve_weights",
 ]

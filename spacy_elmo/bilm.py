@@ -1,6 +1,7 @@
 """The biLM of Peters et al. (2018) as torch modules.
 
-char ids (B, T, C) -> CharEncoder -> token representations (N, P) for the N real tokens ->
+token strings -> ``TokenIndexer`` (chars.py) -> char ids (B, T, C) [+ word ids (B, T)] ->
+CharEncoder -> token representations (N, P) for the N real tokens ->
 forward and backward LSTM stacks (separate weights, residual between layers) ->
 layers (L+1, B, T, 2P): layer 0 is the token representation repeated for both directions.
 
@@ -20,8 +21,8 @@ from torch import Tensor, nn
 
 from . import recurrence
 from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_rows
-from .chars import CHAR_PAD
-from .config import BiLMConfig
+from .chars import CHAR_PAD, CharTable, TokenIndexer
+from .config import BiLMConfig, ConfigError
 from .recurrence import LanePlan, LstmState, PackedOrder
 from .token_cache import TokenCache
 
@@ -45,25 +46,30 @@ class Highway(nn.Module):
 
 
 class CharEncoder(nn.Module):
-    """Context-independent token representation from characters: (N, C) char ids -> (N, P).
+    """Context-independent token representation: char ids (N, C) [+ word ids (N,)] -> (N, P).
 
     Char embedding, one convolution per filter width, max over positions, activation, highway
-    layers, linear projection. Characters after a token's end are trimmed before the convolutions:
-    windows made only of padding all give the same value, which is added back to the max exactly.
+    layers; with a word embedding (``config.word_dim`` > 0), ``[word vector; highway output]`` (the
+    order of ELMoForManyLangs); then a linear projection. Characters after a token's end are
+    trimmed before the convolutions: windows made only of the pad character (``pad_id``) all give
+    the same value, which is added back to the max exactly.
     """
 
-    def __init__(self, config: BiLMConfig) -> None:
+    def __init__(self, config: BiLMConfig, pad_id: int = CHAR_PAD) -> None:
         super().__init__()
         self.config = config
+        self.pad_id = pad_id
         n_filters, dim = config.n_filters, config.char_embedding_dim
         self.embedding = nn.Embedding(config.n_characters, dim, padding_idx=0)
         self.convs = nn.ModuleList(nn.Conv1d(dim, count, width) for width, count in config.filters)
         self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
-        self.projection = nn.Linear(n_filters, config.projection_dim)
+        self.projection = nn.Linear(config.word_dim + n_filters, config.projection_dim)
+        self.word_embedding = nn.Embedding(config.word_vocab_size, config.word_dim) if config.word_dim else None
         self._activation = torch.relu if config.activation == "relu" else torch.tanh
 
-    def forward(self, char_ids: Tensor) -> Tensor:
-        """Differentiable path. char_ids (N, C) -> (N, P)."""
+    def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
+        """Differentiable path. char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        self._check_word_ids(word_ids)
         ids, trimmed = self._trim(char_ids)
         chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
         pad_windows = self._pad_windows() if trimmed else None
@@ -76,27 +82,33 @@ class CharEncoder(nn.Module):
         x = torch.cat(features, dim=1)
         for highway in self.highways:
             x = highway(x)
+        if word_ids is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
         return self.projection(x)
 
     @torch.no_grad()
-    def forward_invariant(self, char_ids: Tensor, blocking: Blocking) -> Tensor:
+    def forward_invariant(self, char_ids: Tensor, blocking: Blocking, word_ids: Optional[Tensor] = None) -> Tensor:
         """Batch-invariant path: a token's representation is bitwise independent of the others.
-        Tokens run in blocks of exactly ``blocking.token_block``. char_ids (N, C) -> (N, P)."""
+        Tokens run in blocks of exactly ``blocking.token_block``.
+        char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        self._check_word_ids(word_ids)
         block = blocking.token_block
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
         pad_windows = self._pad_windows(blocking.gemm_rows)
         for start in range(0, n_tokens, block):
             ids = char_ids[start : start + block]
+            words = word_ids[start : start + block] if word_ids is not None else None
             if ids.shape[0] < block:
-                filler = ids.new_full((block - ids.shape[0], ids.shape[1]), CHAR_PAD)
-                ids = torch.cat([ids, filler])
-            out[start : start + block] = self._encode_block(ids, pad_windows, blocking.gemm_rows)[: n_tokens - start]
+                ids = torch.cat([ids, ids.new_full((block - ids.shape[0], ids.shape[1]), self.pad_id)])
+                words = torch.cat([words, words.new_zeros(block - words.shape[0])]) if words is not None else None
+            out[start : start + block] = self._encode_block(ids, words, pad_windows, blocking.gemm_rows)[: n_tokens - start]
         return out
 
-    def _encode_block(self, char_ids: Tensor, pad_windows: List[Tensor], rows: int) -> Tensor:
-        """One block of tokens: char_ids (n, C) -> (n, P). The highway and projection GEMMs take
-        the whole block (a fixed shape already); the convolution windows go in ``rows`` chunks."""
+    def _encode_block(self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], rows: int) -> Tensor:
+        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
+        projection GEMMs take the whole block (a fixed shape already); the convolution windows go
+        in ``rows`` chunks."""
         ids, trimmed = self._trim(char_ids)
         chars = self.embedding(ids)  # (n, C', E)
         n_tokens = chars.shape[0]
@@ -115,13 +127,24 @@ class CharEncoder(nn.Module):
         x = torch.cat(features, dim=1)
         for highway in self.highways:
             x = highway.forward_invariant(x, n_tokens)
+        if word_ids is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
         return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens)
+
+    def _check_word_ids(self, word_ids: Optional[Tensor]) -> None:
+        if self.word_embedding is None and word_ids is not None:
+            raise ValueError("Word ids were given, but this biLM has no word embedding (word_dim = 0); pass None.")
+        if self.word_embedding is not None and word_ids is None:
+            raise ValueError(
+                f"This biLM has a word embedding (word_dim = {self.config.word_dim}) and needs word ids "
+                "beside the char ids: get both from bilm.encode_tokens(strings)."
+            )
 
     def _trim(self, char_ids: Tensor) -> Tuple[Tensor, bool]:
         """Cut the character axis after the longest token plus (widest filter - 1) pads, so that
         every window touching a real character is kept. Returns (ids (N, C'), whether cut)."""
         n_chars = char_ids.shape[1]
-        real = (char_ids != CHAR_PAD) & (char_ids != 0)
+        real = (char_ids != self.pad_id) & (char_ids != 0)
         longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0
         widest = max(width for width, _ in self.config.filters)
         keep = min(n_chars, max(longest + widest - 1, widest))
@@ -130,7 +153,7 @@ class CharEncoder(nn.Module):
     def _pad_windows(self, rows: Optional[int] = None) -> List[Tensor]:
         """Each convolution's scores (without bias) on a window of padding characters only;
         with ``rows``, computed by the same fixed-shape kernel as the real windows."""
-        pad = self.embedding.weight[CHAR_PAD]  # (E,)
+        pad = self.embedding.weight[self.pad_id]  # (E,)
         values = []
         for conv in self.convs:
             width = conv.kernel_size[0]
@@ -210,15 +233,19 @@ class BiLM(nn.Module):
         lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
             step loop), "step" or "fused" (unclipped models only).
         blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
-        token_cache: token representations by word string (``TokenCache``).
+        token_cache: token representations by token string (``TokenCache``); valid for word
+            embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
     """
 
-    def __init__(self, config: BiLMConfig) -> None:
+    def __init__(self, config: BiLMConfig, indexer: Optional[TokenIndexer] = None) -> None:
+        """``indexer`` maps token strings to ids; needed for models with their own vocabulary
+        (``config.needs_vocabulary``), the original byte mapping otherwise."""
         super().__init__()
         self.config = config
         proj = config.projection_dim
-        self.char_encoder = CharEncoder(config)
+        self.indexer = checked_indexer(config, indexer)
+        self.char_encoder = CharEncoder(config, pad_id=self.indexer.chars.pad_id)
         self.forward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.backward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.lm_head = LMHead(config.vocab_size, proj) if config.vocab_size else None
@@ -234,8 +261,15 @@ class BiLM(nn.Module):
     def blocking_for_run(self) -> Blocking:
         return self.blocking or Blocking.for_device(self.device)
 
-    def forward(self, char_ids: Tensor) -> BiLMOutput:
-        """char_ids (B, T, C), 0 at padding positions (a sentence's tokens first) -> BiLMOutput."""
+    def encode_tokens(self, tokens: Sequence[str]) -> Tuple[Tensor, Optional[Tensor]]:
+        """N token strings -> (char ids (N, C), word ids (N,) or None), long, on the bilm's device."""
+        chars, words = self.indexer.encode(tokens)
+        word_ids = torch.from_numpy(words).to(self.device) if words is not None else None
+        return torch.from_numpy(chars).to(self.device, torch.long), word_ids
+
+    def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
+        """char_ids (B, T, C), 0 at padding positions (a sentence's tokens first), and word ids
+        (B, T) for models with a word embedding -> BiLMOutput."""
         mask = char_ids.gt(0).any(dim=-1)
         lengths = mask.sum(dim=1)
         if not torch.equal(mask, _prefix_mask(lengths, mask.shape[1])):
@@ -243,17 +277,17 @@ class BiLM(nn.Module):
                 "char_ids must hold each sentence's tokens first and padding (all-zero rows) after; "
                 "found a padding position before a token."
             )
-        tokens = self.token_representations(char_ids[mask])
+        tokens = self.token_representations(char_ids[mask], word_ids[mask] if word_ids is not None else None)
         layers, _ = self.contextualize(tokens, lengths.tolist())
         padded = layers.new_zeros(layers.shape[0], *mask.shape, layers.shape[-1])
         padded[:, mask] = layers
         return BiLMOutput(layers=padded, mask=mask)
 
-    def token_representations(self, char_ids: Tensor) -> Tensor:
-        """char_ids (N, C) -> (N, P); batch-invariant when gradients are off."""
+    def token_representations(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
+        """char_ids (N, C), word_ids (N,) or None -> (N, P); batch-invariant when gradients are off."""
         if torch.is_grad_enabled():
-            return self.char_encoder(char_ids)
-        return self.char_encoder.forward_invariant(char_ids, self.blocking_for_run())
+            return self.char_encoder(char_ids, word_ids)
+        return self.char_encoder.forward_invariant(char_ids, self.blocking_for_run(), word_ids)
 
     def contextualize(
         self,
@@ -324,6 +358,31 @@ class BiLM(nn.Module):
     def parameter_count(self, include_lm_head: bool = False) -> int:
         skip = set() if include_lm_head or self.lm_head is None else {id(p) for p in self.lm_head.parameters()}
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+
+def checked_indexer(config: BiLMConfig, indexer: Optional[TokenIndexer]) -> TokenIndexer:
+    """``indexer`` (default: the byte mapping) after checking that it fits ``config``'s sizes."""
+    if indexer is None:
+        if config.needs_vocabulary:
+            raise ConfigError(
+                f"This biLM config (char_vocabulary={config.char_vocabulary!r}, word_dim={config.word_dim}) reads "
+                "tokens through its own vocabulary: pass BiLM(config, indexer=TokenIndexer(...)), or load the "
+                "model with load_bilm / import_efml, which read it."
+            )
+        indexer = TokenIndexer()
+    chars, words = indexer.chars, indexer.words
+    if chars.kind != config.char_vocabulary:
+        raise ConfigError(f"The indexer encodes characters as {chars.kind!r}, the config says {config.char_vocabulary!r}.")
+    if isinstance(chars, CharTable) and (chars.n_characters > config.n_characters or chars.max_length != config.max_characters_per_token):
+        raise ConfigError(
+            f"The char table needs {chars.n_characters} embedding rows and {chars.max_length} chars per token; "
+            f"the config has n_characters={config.n_characters}, max_characters_per_token={config.max_characters_per_token}."
+        )
+    if (words is not None) != (config.word_dim > 0):
+        raise ConfigError(f"The config's word_dim is {config.word_dim} but the indexer {'has' if words else 'has no'} word table.")
+    if words is not None and words.size > config.word_vocab_size:
+        raise ConfigError(f"The word table needs {words.size} embedding rows; the config has word_vocab_size={config.word_vocab_size}.")
+    return indexer
 
 
 def _prefix_mask(lengths: Tensor, width: int) -> Tensor:

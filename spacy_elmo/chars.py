@@ -1,13 +1,17 @@
-"""Token strings -> character ids, exactly as the original ELMo encodes them.
+"""Token strings -> character ids: the original ELMo byte mapping, or a model's own vocabulary.
 
-A token becomes its UTF-8 bytes (invalid code points such as lone surrogates dropped), cut to
-``MAX_WORD_LENGTH - 2`` bytes, wrapped in begin-of-word / end-of-word marks and padded to
-``MAX_WORD_LENGTH``. The sentence boundary tokens ``<S>`` and ``</S>`` get their own reserved ids.
-Every id is shifted by +1 so that 0 means "no token here" (sequence padding).
+The original mapping (``encode_tokens``): a token becomes its UTF-8 bytes (invalid code points
+such as lone surrogates dropped), cut to ``MAX_WORD_LENGTH - 2`` bytes, wrapped in begin-of-word /
+end-of-word marks and padded to ``MAX_WORD_LENGTH``. The sentence boundary tokens ``<S>`` and
+``</S>`` get their own reserved ids. Every id is shifted by +1 so that 0 means "no token here"
+(sequence padding).
+
+A model's own vocabulary (``CharTable``, e.g. ELMoForManyLangs): one id per Unicode character,
+optionally with word ids (``WordTable``). ``TokenIndexer`` is what a BiLM reads tokens through.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -82,3 +86,208 @@ def encode_sentences(sentences: Sequence[Sequence[str]], add_boundaries: bool = 
         if tokens:
             batch[row, : len(tokens)] = encode_tokens(tokens)
     return batch
+
+
+# --- the encoders a BiLM uses ------------------------------------------------------------------
+#
+# A BiLM reads tokens through a ``TokenIndexer``: character ids from either the original byte
+# mapping above (``ByteChars``) or a model's own character vocabulary (``CharTable``), plus word
+# ids when the model also has a word embedding (``WordTable``). In both character encodings id 0
+# is reserved for "no token here", so a row of zeros marks sequence padding.
+
+BYTE_ENCODING = "utf8-bytes"
+TABLE_ENCODING = "table"
+
+
+class ByteChars:
+    """The original encoding: UTF-8 bytes, boundaries ``<S>`` / ``</S>``, 50 positions."""
+
+    kind = BYTE_ENCODING
+    bos_token, eos_token = BOS_TOKEN, EOS_TOKEN
+    pad_id = CHAR_PAD
+    max_length = MAX_WORD_LENGTH
+    n_characters = N_CHARACTERS
+
+    def encode(self, tokens: Sequence[str]) -> np.ndarray:
+        """N tokens -> int32 (N, MAX_WORD_LENGTH)."""
+        return encode_tokens(tokens)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByteChars)
+
+    def __hash__(self) -> int:
+        return hash(ByteChars)
+
+
+class CharTable:
+    """A model's own character vocabulary: one id per Unicode character (not per byte).
+
+    A token becomes ``[begin_of_word, chars..., end_of_word, pad...]`` of ``max_length`` ids, cut
+    to its first ``max_length - 2`` characters; a character missing from ``ids`` gets ``unknown``.
+    The tokens ``bos_token`` / ``eos_token`` are the sentence boundaries, encoded as
+    ``[begin_of_word, bos (or eos), end_of_word, pad...]``. All ids must be >= 1 (0 marks
+    sequence padding) and are the rows of the model's character embedding.
+    """
+
+    kind = TABLE_ENCODING
+    MARKS = ("begin_of_word", "end_of_word", "pad", "unknown", "bos", "eos")
+
+    def __init__(
+        self,
+        ids: Mapping[str, int],
+        *,
+        begin_of_word: int,
+        end_of_word: int,
+        pad: int,
+        unknown: int,
+        bos: int,
+        eos: int,
+        max_length: int,
+        bos_token: str = "<bos>",
+        eos_token: str = "<eos>",
+    ) -> None:
+        self.ids: Dict[str, int] = dict(ids)
+        self.begin_of_word, self.end_of_word, self.pad_id = begin_of_word, end_of_word, pad
+        self.unknown, self.bos, self.eos = unknown, bos, eos
+        self.max_length = max_length
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self._validate()
+
+    @property
+    def marks(self) -> Dict[str, int]:
+        return dict(zip(self.MARKS, (self.begin_of_word, self.end_of_word, self.pad_id, self.unknown, self.bos, self.eos)))
+
+    @property
+    def n_characters(self) -> int:
+        """Rows the character embedding needs: the largest id + 1."""
+        return max([*self.ids.values(), *self.marks.values()]) + 1
+
+    def _validate(self) -> None:
+        if not isinstance(self.max_length, int) or self.max_length < 3:
+            raise ValueError(
+                f"CharTable max_length must be an integer >= 3 (begin mark, a character, end mark), got {self.max_length!r}."
+            )
+        for name, value in [*self.marks.items(), *self.ids.items()]:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(
+                    f"CharTable id of {name!r} is {value!r}; ids must be integers >= 1 (0 is reserved for "
+                    "sequence padding). Shift a 0-based table by +1."
+                )
+        if not all(isinstance(key, str) for key in self.ids):
+            raise ValueError("CharTable keys must be strings (characters).")
+        if not (isinstance(self.bos_token, str) and isinstance(self.eos_token, str) and self.bos_token != self.eos_token):
+            raise ValueError(f"bos_token and eos_token must be two different strings, got {self.bos_token!r}, {self.eos_token!r}.")
+
+    def encode(self, tokens: Sequence[str]) -> np.ndarray:
+        """N tokens -> int32 (N, max_length)."""
+        ids = np.full((len(tokens), self.max_length), self.pad_id, dtype=np.int32)
+        ids[:, 0] = self.begin_of_word
+        lookup, unknown, room = self.ids.get, self.unknown, self.max_length - 2
+        for row, token in enumerate(tokens):
+            if token == self.bos_token or token == self.eos_token:
+                chars = [self.bos if token == self.bos_token else self.eos]
+            else:
+                chars = [lookup(char, unknown) for char in token[:room]]
+            ids[row, 1 : len(chars) + 1] = chars
+            ids[row, len(chars) + 1] = self.end_of_word
+        return ids
+
+    def to_dict(self) -> Dict[str, Any]:
+        marks = self.marks
+        marks["max_length"] = self.max_length
+        return {"ids": self.ids, **marks, "bos_token": self.bos_token, "eos_token": self.eos_token}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CharTable":
+        keys = {"ids", *cls.MARKS, "max_length", "bos_token", "eos_token"}
+        missing, unknown = sorted(keys - set(data)), sorted(set(data) - keys)
+        if missing or unknown:
+            raise ValueError(f"A char table needs exactly the keys {sorted(keys)}; missing {missing}, unknown {unknown}.")
+        return cls(**data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CharTable) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class WordTable:
+    """A model's word vocabulary: token string -> row of its word embedding; others get ``unknown``."""
+
+    def __init__(self, ids: Mapping[str, int], unknown: int) -> None:
+        self.ids: Dict[str, int] = dict(ids)
+        self.unknown = unknown
+        for name, value in [("unknown", unknown), *self.ids.items()]:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"WordTable id of {name!r} is {value!r}; ids must be integers >= 0.")
+
+    @property
+    def size(self) -> int:
+        """Rows the word embedding needs: the largest id + 1."""
+        return max([*self.ids.values(), self.unknown]) + 1
+
+    def encode(self, tokens: Sequence[str]) -> np.ndarray:
+        """N tokens -> int64 (N,)."""
+        lookup, unknown = self.ids.get, self.unknown
+        return np.fromiter((lookup(token, unknown) for token in tokens), dtype=np.int64, count=len(tokens))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"ids": self.ids, "unknown": self.unknown}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "WordTable":
+        if set(data) != {"ids", "unknown"}:
+            raise ValueError(f"A word table needs exactly the keys ['ids', 'unknown'], got {sorted(data)}.")
+        return cls(data["ids"], data["unknown"])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WordTable) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class TokenIndexer:
+    """Token strings -> the ids a BiLM reads: character ids, and word ids if it has a word table.
+
+    ``bos_token`` / ``eos_token`` are the strings that stand for the sentence boundaries.
+    """
+
+    def __init__(self, chars: Union[ByteChars, CharTable, None] = None, words: Optional[WordTable] = None) -> None:
+        self.chars = chars if chars is not None else ByteChars()
+        self.words = words
+
+    @property
+    def bos_token(self) -> str:
+        return self.chars.bos_token
+
+    @property
+    def eos_token(self) -> str:
+        return self.chars.eos_token
+
+    @property
+    def has_tables(self) -> bool:
+        """Whether the indexer carries vocabularies that must be saved with the model."""
+        return isinstance(self.chars, CharTable) or self.words is not None
+
+    def encode(self, tokens: Sequence[str]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """N tokens -> (char ids int32 (N, C), word ids int64 (N,) or None)."""
+        words = self.words.encode(tokens) if self.words is not None else None
+        return self.chars.encode(tokens), words
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready: {"chars": char table or None (UTF-8 bytes), "words": word table or None}."""
+        chars = self.chars.to_dict() if isinstance(self.chars, CharTable) else None
+        return {"chars": chars, "words": self.words.to_dict() if self.words is not None else None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TokenIndexer":
+        if set(data) != {"chars", "words"}:
+            raise ValueError(f"A token indexer needs exactly the keys ['chars', 'words'], got {sorted(data)}.")
+        chars = CharTable.from_dict(data["chars"]) if data["chars"] is not None else ByteChars()
+        words = WordTable.from_dict(data["words"]) if data["words"] is not None else None
+        return cls(chars, words)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TokenIndexer) and (self.chars, self.words) == (other.chars, other.words)
+
+    __hash__ = None  # type: ignore[assignment]

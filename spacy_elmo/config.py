@@ -1,4 +1,5 @@
-"""BiLMConfig: every size of the network, the presets, and the original options.json format."""
+"""BiLMConfig: every size of the network, the presets, the original options.json format and the
+network JSON of ELMoForManyLangs."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
-from .chars import MAX_WORD_LENGTH, N_CHARACTERS
+from .chars import BYTE_ENCODING, MAX_WORD_LENGTH, N_CHARACTERS, TABLE_ENCODING
 
 _ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 
@@ -26,6 +27,11 @@ class BiLMConfig:
     then has ``n_layers`` LSTM layers of ``lstm_dim`` cells (H) projected to P, optionally with cell
     and projection clipping and residual connections between layers. ``vocab_size`` > 0 adds the
     softmax head shared by both directions (pretraining only).
+
+    ``char_vocabulary`` says how tokens become character ids: ``"utf8-bytes"`` (the original
+    mapping, 262 ids, 50 per token) or ``"table"`` (the model's own character vocabulary of
+    ``n_characters`` ids, saved beside the weights). ``word_dim`` > 0 adds a word embedding of
+    ``word_vocab_size`` rows, concatenated with the highway output before the projection.
     """
 
     projection_dim: int
@@ -42,6 +48,9 @@ class BiLMConfig:
     max_characters_per_token: int = MAX_WORD_LENGTH
     vocab_size: int = 0
     dropout: float = 0.1
+    char_vocabulary: str = BYTE_ENCODING
+    word_vocab_size: int = 0
+    word_dim: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
@@ -68,9 +77,19 @@ class BiLMConfig:
     def replace(self, **changes: Any) -> "BiLMConfig":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def needs_vocabulary(self) -> bool:
+        """Whether the model reads tokens through tables saved beside its weights."""
+        return self.char_vocabulary == TABLE_ENCODING or self.word_dim > 0
+
     def to_dict(self) -> Dict[str, Any]:
+        """All fields; the token-vocabulary fields only when they differ from their defaults, so
+        that byte-encoded models keep the files (and safetensors metadata) they always had."""
         data = dataclasses.asdict(self)
         data["filters"] = [list(pair) for pair in self.filters]
+        for name in _VOCABULARY_FIELDS:
+            if data[name] == _DEFAULTS[name]:
+                del data[name]
         return data
 
     @classmethod
@@ -123,7 +142,35 @@ def _validate(config: BiLMConfig) -> None:
             raise ConfigError(f"{name} must be positive or None (no clipping), got {value!r}.")
     if not 0.0 <= config.dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {config.dropout!r}.")
+    _validate_vocabulary(config)
 
+
+def _validate_vocabulary(config: BiLMConfig) -> None:
+    if config.char_vocabulary not in (BYTE_ENCODING, TABLE_ENCODING):
+        raise ConfigError(
+            f"char_vocabulary must be {BYTE_ENCODING!r} or {TABLE_ENCODING!r}, got {config.char_vocabulary!r}."
+        )
+    byte_sizes = (N_CHARACTERS, MAX_WORD_LENGTH)
+    if config.char_vocabulary == BYTE_ENCODING and (config.n_characters, config.max_characters_per_token) != byte_sizes:
+        raise ConfigError(
+            f"n_characters={config.n_characters}, max_characters_per_token={config.max_characters_per_token} "
+            f"do not fit char_vocabulary={BYTE_ENCODING!r}, which always has {byte_sizes[0]} / {byte_sizes[1]}; "
+            f"use char_vocabulary={TABLE_ENCODING!r} for a model's own character vocabulary."
+        )
+    if config.char_vocabulary == TABLE_ENCODING and config.max_characters_per_token < 3:
+        raise ConfigError(
+            f"max_characters_per_token must be >= 3 (begin mark, a character, end mark), got {config.max_characters_per_token}."
+        )
+    sizes = (config.word_vocab_size, config.word_dim)
+    if not all(isinstance(v, int) and v >= 0 for v in sizes) or (sizes[0] == 0) != (sizes[1] == 0):
+        raise ConfigError(
+            f"word_vocab_size={sizes[0]!r} and word_dim={sizes[1]!r}: both must be 0 (no word embedding) "
+            "or both positive integers."
+        )
+
+
+_VOCABULARY_FIELDS = ("char_vocabulary", "word_vocab_size", "word_dim")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BiLMConfig)}
 
 PRESETS: Dict[str, BiLMConfig] = {
     # The published architecture of Peters et al. (2018), with its clipping: 93.6M parameters.
@@ -178,6 +225,55 @@ def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig
             f"{MAX_WORD_LENGTH} character encoding is supported."
         )
     return config
+
+
+def config_from_efml(network: Dict[str, Any], *, n_characters: int, word_vocab_size: int = 0, source: str = "network config") -> BiLMConfig:
+    """Read an ELMoForManyLangs network JSON (the file its ``config.json`` names as ``config_path``).
+
+    The JSON holds no vocabulary sizes: ``n_characters`` (rows of our character embedding, one more
+    than char.dic's because id 0 is reserved) and ``word_vocab_size`` come from the vocabularies.
+    Only the 'cnn' token embedder and the 'elmo' encoder are supported.
+    """
+    try:
+        encoder, embedder = network["encoder"], network["token_embedder"]
+        _require_efml_parts(encoder, embedder, source)
+        word_dim = int(embedder.get("word_dim") or 0)
+        return BiLMConfig(
+            projection_dim=int(encoder["projection_dim"]),
+            lstm_dim=int(encoder["dim"]),
+            n_layers=int(encoder["n_layers"]),
+            # their LSTM clips only when the value is truthy: 0 or null means no clipping
+            cell_clip=float(encoder["cell_clip"]) if encoder.get("cell_clip") else None,
+            proj_clip=float(encoder["proj_clip"]) if encoder.get("proj_clip") else None,
+            residual=True,
+            filters=tuple((int(w), int(n)) for w, n in embedder["filters"]),
+            n_highway=int(embedder.get("n_highway") or 0),
+            char_embedding_dim=int(embedder["char_dim"]),
+            activation=embedder.get("activation", "relu"),
+            n_characters=n_characters,
+            max_characters_per_token=int(embedder["max_characters_per_token"]),
+            dropout=float(network.get("dropout", 0.1)),
+            char_vocabulary=TABLE_ENCODING,
+            word_vocab_size=word_vocab_size if word_dim else 0,
+            word_dim=word_dim,
+        )
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ConfigError(
+            f"{source} is not an ELMoForManyLangs network config: missing or invalid entry {err}. Expected "
+            "'encoder' (name, projection_dim, dim, n_layers, cell_clip, proj_clip) and 'token_embedder' "
+            "(name, filters, n_highway, char_dim, word_dim, max_characters_per_token, activation)."
+        ) from None
+
+
+def _require_efml_parts(encoder: Dict[str, Any], embedder: Dict[str, Any], source: str) -> None:
+    if str(encoder["name"]).lower() != "elmo":
+        raise ConfigError(f"{source}: encoder {encoder['name']!r} is not supported; only the 'elmo' encoder (biLM with projection) is.")
+    if str(embedder["name"]).lower() != "cnn":
+        raise ConfigError(f"{source}: token_embedder {embedder['name']!r} is not supported; only the 'cnn' (char CNN) token embedder is.")
+    if int(embedder["char_dim"]) <= 0:
+        raise ConfigError(f"{source}: char_dim is {embedder['char_dim']}; models without a character encoder are not supported.")
 
 
 def _optional_float(value: Any) -> Optional[float]:

@@ -1,6 +1,6 @@
 """Sentences in, layers out: the plain-Python entry point to a biLM.
 
-Adds the ``<S>``/``</S>`` boundaries, looks token representations up in the bilm's token cache
+Adds the sentence boundaries (``<S>``/``</S>``, or the model's own boundary tokens), looks token representations up in the bilm's token cache
 (encoding only the new ones), runs the LSTMs in batches under a token budget, and returns numpy
 arrays with the boundaries stripped.
 """
@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from .bilm import BiLM
-from .chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
 
 DEFAULT_BATCH_TOKENS = 4096
 
@@ -62,9 +61,11 @@ def contextual_layers(bilm: BiLM, sentences: List[List[str]], stateful: bool = F
     """All layers of a batch of sentences, on the bilm's device, boundaries included.
 
     Returns:
-        (L+1, N, 2P): sentence after sentence, each as ``<S>``, its tokens, ``</S>``.
+        (L+1, N, 2P): sentence after sentence, each as its begin boundary (``<S>``, or the
+        model's own ``bilm.indexer.bos_token``), its tokens, its end boundary.
     """
-    flat = [token for sentence in sentences for token in (BOS_TOKEN, *sentence, EOS_TOKEN)]
+    bos, eos = bilm.indexer.bos_token, bilm.indexer.eos_token
+    flat = [token for sentence in sentences for token in (bos, *sentence, eos)]
     lengths = [len(sentence) + 2 for sentence in sentences]
     tokens = bilm.token_cache.lookup(flat, bilm.char_encoder, lambda strings: _encode(bilm, strings))
     start = _carried_state(bilm, len(sentences)) if stateful else None
@@ -90,8 +91,7 @@ def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List
 
 
 def _encode(bilm: BiLM, strings: List[str]) -> torch.Tensor:
-    char_ids = torch.from_numpy(encode_tokens(strings)).to(bilm.device, torch.long)
-    return bilm.token_representations(char_ids)
+    return bilm.token_representations(*bilm.encode_tokens(strings))
 
 
 def _carried_state(bilm: BiLM, rows: int):

@@ -19,6 +19,7 @@ from thinc.types import Floats3d
 from torch import nn
 
 from .bilm import BiLM
+from .chars import TokenIndexer
 from .config import BiLMConfig
 from .embed import contextual_layers, split_sentences
 
@@ -117,7 +118,10 @@ def serialize_encoder(encoder: SentenceEncoder) -> bytes:
 
     bilm = encoder.bilm
     state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in bilm.state_dict().items()}
-    return srsly.msgpack_dumps({"config": json.dumps(bilm.config.to_dict()), "weights": save(state)})
+    message = {"config": json.dumps(bilm.config.to_dict()), "weights": save(state)}
+    if bilm.indexer.has_tables:  # the model's own characters / words travel with it
+        message["vocabulary"] = json.dumps(bilm.indexer.to_dict())
+    return srsly.msgpack_dumps(message)
 
 
 def deserialize_encoder(encoder: SentenceEncoder, data: bytes, device: torch.device) -> SentenceEncoder:
@@ -126,6 +130,8 @@ def deserialize_encoder(encoder: SentenceEncoder, data: bytes, device: torch.dev
     from .weights import load_state
 
     message = srsly.msgpack_loads(data)
-    bilm = BiLM(BiLMConfig.from_dict(json.loads(message["config"])))
+    vocabulary = message.get("vocabulary")
+    indexer = TokenIndexer.from_dict(json.loads(vocabulary)) if vocabulary else None
+    bilm = BiLM(BiLMConfig.from_dict(json.loads(message["config"])), indexer)
     load_state(bilm, load(message["weights"]), "the pipeline's elmo model")
     return SentenceEncoder(bilm.to(device).eval())

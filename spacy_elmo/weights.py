@@ -1,8 +1,10 @@
 """Weights on disk: the native format, and import of the original ELMo release.
 
 Native format: a directory with ``config.json`` (the BiLMConfig) and ``model.safetensors`` (the
-state dict; its metadata repeats the config so a stray pair of files is caught). Written
-atomically, read without unpickling anything.
+state dict; its metadata repeats the config so a stray pair of files is caught), plus
+``vocabulary.json`` for models that read tokens through their own tables (char table, word
+table; ``TokenIndexer.to_dict`` under a format header, JSON with ASCII escapes so that any
+character survives). Written atomically, read without unpickling anything.
 
 Original format: ``options.json`` + ``weights.hdf5`` as released with the TensorFlow biLM (needs
 h5py: ``pip install spacy-elmo[h5]``).
@@ -10,21 +12,23 @@ h5py: ``pip install spacy-elmo[h5]``).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Union
 
 import torch
 from torch import Tensor
 
-from .bilm import BiLM
+from .bilm import BiLM, checked_indexer
+from .chars import TokenIndexer
 from .config import BiLMConfig, ConfigError, config_from_options
+from .io import atomic_write, atomic_write_text
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+VOCABULARY_FILE = "vocabulary.json"
 FORMAT = "spacy-elmo.bilm"
 FORMAT_VERSION = 1
+VOCABULARY_FORMAT = "spacy-elmo.vocabulary"
 
 PathLike = Union[str, Path]
 
@@ -34,18 +38,23 @@ class WeightsError(ValueError):
 
 
 def save_bilm(bilm: BiLM, directory: PathLike) -> Path:
-    """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed).
-    Each file is written to a temporary name and renamed into place."""
+    """Write ``config.json``, ``model.safetensors`` and, for models with their own token tables,
+    ``vocabulary.json`` into ``directory`` (created if needed). Each file is written to a
+    temporary name and renamed into place; config.json comes last."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     header = {"format": FORMAT, "version": str(FORMAT_VERSION), "config_json": _config_json(bilm.config)}
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in bilm.state_dict().items()}
-    _write_atomically(directory / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata=header))
+    atomic_write(directory / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata=header))
+    if bilm.indexer.has_tables:
+        vocabulary = {"format": VOCABULARY_FORMAT, "version": FORMAT_VERSION, **bilm.indexer.to_dict()}
+        atomic_write_text(directory / VOCABULARY_FILE, json.dumps(vocabulary, ensure_ascii=True) + "\n")
+    else:  # a stale vocabulary from an earlier model saved here would describe another network
+        (directory / VOCABULARY_FILE).unlink(missing_ok=True)
     document = {"format": FORMAT, "version": FORMAT_VERSION, "config": bilm.config.to_dict()}
-    config_text = json.dumps(document, indent=2) + "\n"
-    _write_atomically(directory / CONFIG_FILE, lambda path: Path(path).write_text(config_text, encoding="utf-8"))
+    atomic_write_text(directory / CONFIG_FILE, json.dumps(document, indent=2) + "\n")
     return directory
 
 
@@ -54,10 +63,36 @@ def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> 
     mode on ``device`` (default CPU)."""
     directory = _native_directory(Path(path))
     config = read_config(directory / CONFIG_FILE)
+    indexer = read_vocabulary(directory / VOCABULARY_FILE, config) if config.needs_vocabulary else None
     tensors = _read_safetensors(directory / WEIGHTS_FILE, config)
-    bilm = BiLM(config)
+    bilm = BiLM(config, indexer)
     load_state(bilm, tensors, directory / WEIGHTS_FILE)
     return bilm.to(device or "cpu").eval()
+
+
+def read_vocabulary(path: Path, config: BiLMConfig) -> TokenIndexer:
+    """The token tables in ``vocabulary.json``, checked against ``config``'s sizes."""
+    if not path.is_file():
+        raise WeightsError(
+            f"{path}: file not found. This biLM (char_vocabulary={config.char_vocabulary!r}, word_dim="
+            f"{config.word_dim}) reads tokens through its own vocabulary, saved there by save_bilm; copy "
+            "the whole model directory, or re-import the model."
+        )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WeightsError(f"{path}: not a valid vocabulary: unreadable JSON ({err}). Is it truncated?") from None
+    header = (data.get("format"), data.get("version")) if isinstance(data, dict) else (None, None)
+    if header != (VOCABULARY_FORMAT, FORMAT_VERSION):
+        raise WeightsError(
+            f"{path}: not a spacy-elmo vocabulary (format={header[0]!r}, version={header[1]!r}; expected "
+            f"{VOCABULARY_FORMAT!r}, {FORMAT_VERSION})."
+        )
+    try:
+        indexer = TokenIndexer.from_dict({k: v for k, v in data.items() if k not in ("format", "version")})
+        return checked_indexer(config, indexer)
+    except (AttributeError, TypeError, ValueError) as err:  # ConfigError is a ValueError
+        raise WeightsError(f"{path}: not a valid vocabulary for {path.parent / CONFIG_FILE} ({err}).") from None
 
 
 def read_config(path: Path) -> BiLMConfig:
@@ -130,19 +165,6 @@ def load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Union[Path, str])
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise WeightsError(f"{source}: tensor {name!r} contains NaN or infinite values.")
     bilm.load_state_dict({name: t.to(expected[name].dtype) for name, t in tensors.items()})
-
-
-def _write_atomically(path: Path, write) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        write(temporary)
-        with open(temporary, "rb+") as stream:
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 # --- the original release -------------------------------------------------------------------

@@ -62,3 +62,56 @@ def test_encode_sentences_pads_with_zero_rows():
 @pytest.mark.parametrize("tokens", [[], ["only"]])
 def test_encode_tokens_small_inputs(tokens):
     assert encode_tokens(tokens).shape == (len(tokens), MAX_WORD_LENGTH)
+
+
+# --- a model's own vocabulary ------------------------------------------------------------------
+
+from spacy_elmo.chars import ByteChars, CharTable, TokenIndexer, WordTable  # noqa: E402
+
+MARKS = dict(begin_of_word=1, end_of_word=2, pad=3, unknown=4, bos=5, eos=6)
+
+
+def small_table(max_length=6):
+    return CharTable({"a": 7, "é": 8, "東": 9, "😀": 10}, **MARKS, max_length=max_length)
+
+
+def test_char_table_encodes_unicode_characters_not_bytes():
+    ids = small_table().encode(["aé", "東😀", "", "aaaaaaa", "<bos>", "<eos>", "<S>", "ж\ud800"])
+    assert ids.dtype == np.int32 and ids.shape == (8, 6)
+    assert ids[0].tolist() == [1, 7, 8, 2, 3, 3]
+    assert ids[1].tolist() == [1, 9, 10, 2, 3, 3]
+    assert ids[2].tolist() == [1, 2, 3, 3, 3, 3]
+    assert ids[3].tolist() == [1, 7, 7, 7, 7, 2]  # cut to max_length - 2 characters
+    assert ids[4].tolist() == [1, 5, 2, 3, 3, 3] and ids[5].tolist() == [1, 6, 2, 3, 3, 3]
+    assert ids[6].tolist() == [1, 4, 4, 4, 2, 3]  # the byte encoding's boundary is just text here
+    assert ids[7].tolist() == [1, 4, 4, 2, 3, 3]  # unknown characters, a lone surrogate too
+
+
+@pytest.mark.parametrize(
+    "change,fragment",
+    [
+        ({"pad": 0}, "id of 'pad' is 0; ids must be integers >= 1"),
+        ({"ids": {"a": -2}}, "id of 'a' is -2"),
+        ({"max_length": 2}, "max_length must be an integer >= 3"),
+        ({"bos_token": "<x>", "eos_token": "<x>"}, "two different strings"),
+    ],
+)
+def test_char_table_rejects_bad_ids(change, fragment):
+    arguments = {"ids": {"a": 7}, **MARKS, "max_length": 6, **change}
+    with pytest.raises(ValueError, match=fragment):
+        CharTable(**arguments)
+
+
+def test_word_table_and_indexer():
+    words = WordTable({"<oov>": 0, "<bos>": 1, "cat": 2}, unknown=0)
+    indexer = TokenIndexer(small_table(), words)
+    chars, word_ids = indexer.encode(["<bos>", "cat", "dog"])
+    assert word_ids.dtype == np.int64 and word_ids.tolist() == [1, 2, 0]
+    assert chars.shape == (3, 6) and indexer.bos_token == "<bos>" and words.size == 3
+    assert small_table().n_characters == 11
+    assert TokenIndexer.from_dict(indexer.to_dict()) == indexer
+    plain = TokenIndexer()
+    assert isinstance(plain.chars, ByteChars) and not plain.has_tables and plain.bos_token == "<S>"
+    assert plain.encode(["cat"])[0].tolist() == encode_tokens(["cat"]).tolist() and plain.encode(["cat"])[1] is None
+    with pytest.raises(ValueError, match=r"ids must be integers >= 0"):
+        WordTable({"cat": -1}, unknown=0)

@@ -206,3 +206,14 @@ def test_an_nlpl_style_zip_of_a_bilm_tf_model_converts(cache, fixture_dir, fixtu
     with FileServer({"/repository/20/999.zip": buffer.getvalue()}) as server:
         folder = resolve_weights(server.url("/repository/20/999.zip"), progress=False)
     assert_same_layers(load_bilm(folder), fixture_bilm)
+
+
+def test_the_component_names_an_unknown_model_clearly(cache):
+    import spacy
+
+    from spacy_elmo.models import UnknownModelError
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": "orignal"})
+    with pytest.raises(UnknownModelError, match="No published model named 'orignal'. Did you mean original"):
+        nlp.initialize()

@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import signal
 import subprocess
@@ -201,6 +202,21 @@ def test_continue_training_from_converted_original_weights(corpus, tmp_path, fix
     source = load_bilm(tmp_path / "original")
     assert continued.config.cell_clip == 3.0 and state["step"] == 3
     assert not torch.equal(continued.forward_layers[1].weight_hh, source.forward_layers[1].weight_hh)
+
+
+def test_continue_training_an_elmoformanylangs_model_through_its_own_vocabulary(corpus, tmp_path):
+    """A model with its own char table and word embedding pretrains, evaluates and exports."""
+    from spacy_elmo import import_efml, save_bilm
+    from test_efml import write_handmade_model
+
+    (tmp_path / "efml").mkdir()
+    save_bilm(import_efml(write_handmade_model(tmp_path / "efml", word_dim=5)), tmp_path / "source")
+    state = train(config(corpus, init_from=str(tmp_path / "source"), max_steps=2, batch_tokens=60), tmp_path / "run")
+    continued, source = load_bilm(tmp_path / "run" / "bilm"), load_bilm(tmp_path / "source")
+    assert state["step"] == 2 and continued.indexer.to_dict() == source.indexer.to_dict()
+    assert not torch.equal(continued.char_encoder.projection.weight, source.char_encoder.projection.weight)
+    scores = evaluate(tmp_path / "run", [["The", "cat", "sat"]])
+    assert math.isfinite(scores["perplexity"])
 
 
 def test_full_disk_while_checkpointing_fails_loudly_and_keeps_the_previous_one(corpus, tmp_path, monkeypatch):

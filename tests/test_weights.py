@@ -168,3 +168,64 @@ def test_convert_cli_reports_errors(tmp_path, fixture_dir):
     assert result.returncode == 1
     assert "vocab_test.txt: not a readable HDF5 file" in result.stdout
     assert not (tmp_path / "out").exists()
+
+
+def table_bilm():
+    """A biLM with its own char table (odd characters included) and a word table."""
+    from spacy_elmo import BiLM, BiLMConfig
+    from spacy_elmo.chars import CharTable, TokenIndexer, WordTable
+
+    chars = CharTable(
+        {"a": 7, "\ud800": 8, "\n": 9, '"': 10, "😀": 11, "\\": 12}, begin_of_word=1, end_of_word=2, pad=3,
+        unknown=4, bos=5, eos=6, max_length=8,
+    )
+    words = WordTable({"<oov>": 0, "cat": 1, "é\t": 2}, unknown=0)
+    config = BiLMConfig.preset(
+        "tiny", char_vocabulary="table", n_characters=13, max_characters_per_token=8, word_vocab_size=3, word_dim=4
+    )
+    bilm = BiLM(config, TokenIndexer(chars, words))
+    with torch.no_grad():
+        for param in bilm.parameters():
+            param.normal_(0, 0.3)
+    return bilm.eval()
+
+
+def test_table_model_round_trip(tmp_path, seeded):
+    from spacy_elmo.weights import VOCABULARY_FILE
+
+    bilm = table_bilm()
+    save_bilm(bilm, tmp_path / "model")
+    loaded = load_bilm(tmp_path / "model")
+    assert loaded.indexer == bilm.indexer and loaded.config == bilm.config
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE]
+    sentences = [["a😀", "cat", "\ud800x"], ["é\t", '"\\"']]
+    for a, b in zip(embed_sentences(bilm, sentences), embed_sentences(loaded, sentences)):
+        assert np.array_equal(a, b)
+    save_bilm(random_bilm(), tmp_path / "model")  # a byte model saved over it drops the stale vocabulary
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [CONFIG_FILE, WEIGHTS_FILE]
+
+
+@pytest.mark.parametrize(
+    "corrupt,fragment",
+    [
+        (lambda path: path.unlink(), "vocabulary.json: file not found"),
+        (lambda path: path.write_text("{truncated"), "vocabulary.json: not a valid vocabulary"),
+        (lambda path: path.write_text('{"format": "other"}'), "not a spacy-elmo vocabulary"),
+        (lambda path: path.write_text(path.read_text().replace('"a": 7', '"a": 70')), "needs 71 embedding rows"),
+        (lambda path: path.write_text(path.read_text().replace('"cat": 1', '"cat": 5')), "word table needs 6 embedding rows"),
+    ],
+)
+def test_broken_vocabulary(tmp_path, seeded, corrupt, fragment):
+    from spacy_elmo.weights import VOCABULARY_FILE
+
+    save_bilm(table_bilm(), tmp_path / "model")
+    corrupt(tmp_path / "model" / VOCABULARY_FILE)
+    with pytest.raises(WeightsError, match=fragment):
+        load_bilm(tmp_path / "model")
+
+
+def test_table_config_without_its_vocabulary():
+    from spacy_elmo import BiLM, ConfigError
+
+    with pytest.raises(ConfigError, match="reads tokens through its own vocabulary"):
+        BiLM(table_bilm().config)

@@ -11,23 +11,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from spacy_elmo.chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
+from spacy_elmo.chars import BOS_TOKEN, EOS_TOKEN, TokenIndexer
 
 from .corpus import read_shard, shard_paths
 from .vocab import Vocabulary
 
 
 class TokenTable:
-    """Every distinct token string seen, with its vocabulary id; ids 0 and 1 are <S> and </S>."""
+    """Every distinct token string seen, with its vocabulary id; ids 0 and 1 are <S> and </S>.
 
-    def __init__(self, vocab: Vocabulary) -> None:
+    ``indexer`` is the biLM's (``bilm.indexer``): it turns the strings into the char ids (and word
+    ids, for a biLM with a word embedding) that the biLM reads; default the original byte mapping.
+    """
+
+    def __init__(self, vocab: Vocabulary, indexer: Optional[TokenIndexer] = None) -> None:
         self.vocab = vocab
+        self.indexer = indexer or TokenIndexer()
         self.strings: List[str] = []
         self.index: Dict[str, int] = {}
         self.word_id_list: List[int] = []
@@ -48,8 +53,15 @@ class TokenTable:
         return out
 
     def char_ids(self, type_ids: Tensor) -> Tensor:
-        """(U,) type ids -> (U, 50) char ids."""
-        return torch.from_numpy(encode_tokens([self.strings[i] for i in type_ids.tolist()])).long()
+        """(U,) type ids -> (U, C) char ids."""
+        return self.model_inputs(type_ids)[0]
+
+    def model_inputs(self, type_ids: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+        """(U,) type ids -> (char ids (U, C), ids in the biLM's word embedding (U,) or None)."""
+        boundaries = {0: self.indexer.bos_token, 1: self.indexer.eos_token}  # as the biLM names them
+        strings = [boundaries.get(i, self.strings[i]) for i in type_ids.tolist()]
+        chars, words = self.indexer.encode(strings)
+        return torch.from_numpy(chars).long(), (torch.from_numpy(words) if words is not None else None)
 
     def word_ids(self, type_ids: Tensor) -> Tensor:
         return torch.tensor(self.word_id_list, dtype=torch.long)[type_ids]
@@ -154,7 +166,8 @@ class TrainingBatch:
     """Sentences with their boundaries, packed: type_ids and word_ids (N,), lengths (B,).
     Forward predictions: hidden at forward_source predicts the word at forward_source + 1;
     backward: hidden at backward_source predicts the word at backward_source - 1.
-    unique_types (U,) and inverse (N,) let the char encoder run once per distinct token."""
+    unique_types (U,) and inverse (N,) let the char encoder run once per distinct token:
+    char_ids (U, C) and, for a biLM with a word embedding, embedding_word_ids (U,)."""
 
     type_ids: Tensor
     word_ids: Tensor
@@ -164,6 +177,7 @@ class TrainingBatch:
     unique_types: Tensor
     inverse: Tensor
     char_ids: Tensor
+    embedding_word_ids: Optional[Tensor] = None
 
     @property
     def n_targets(self) -> int:
@@ -183,6 +197,7 @@ def make_batch(sentences: Sequence[np.ndarray], table: TokenTable) -> TrainingBa
     starts = np.cumsum([0] + lengths[:-1])
     forward = np.concatenate([np.arange(s, s + n - 1) for s, n in zip(starts, lengths)]) if pieces else np.zeros(0)
     unique, inverse = torch.unique(type_ids, return_inverse=True)
+    char_ids, embedding_word_ids = table.model_inputs(unique)
     return TrainingBatch(
         type_ids=type_ids,
         word_ids=table.word_ids(type_ids),
@@ -191,7 +206,8 @@ def make_batch(sentences: Sequence[np.ndarray], table: TokenTable) -> TrainingBa
         backward_source=torch.from_numpy(forward.astype(np.int64) + 1),
         unique_types=unique,
         inverse=inverse,
-        char_ids=table.char_ids(unique),
+        char_ids=char_ids,
+        embedding_word_ids=embedding_word_ids,
     )
 
 

@@ -60,7 +60,7 @@ def evaluate(
             f"{model} has no LM head for this {len(vocab)}-word vocabulary; evaluate a training "
             "checkpoint (RUN/checkpoints/step-...), which keeps its head and vocab.txt."
         )
-    table = TokenTable(vocab)
+    table = TokenTable(vocab, bilm.indexer)
     batches = batches_of(token_lists, table, batch_tokens)
     if not batches:
         raise ValueError("No tokens to evaluate on.")

@@ -138,7 +138,7 @@ def build_bilm(cfg: TrainConfig, vocab: Vocabulary) -> BiLM:
         return BiLM(config)
     source_dir = resolve_checkpoint(Path(cfg.init_from))
     source = load_bilm(source_dir)
-    bilm = BiLM(source.config.replace(vocab_size=len(vocab), dropout=cfg.dropout))
+    bilm = BiLM(source.config.replace(vocab_size=len(vocab), dropout=cfg.dropout), source.indexer)
     state = {k: v for k, v in source.state_dict().items() if not k.startswith("lm_head.")}
     bilm.load_state_dict(state, strict=False)
     source_vocab = source_dir / "vocab.txt"
@@ -234,7 +234,7 @@ class JsonlLog:
 
 def export(bilm: BiLM, directory: Path) -> Path:
     """Native weights without the LM head: what the elmo component loads."""
-    plain = BiLM(bilm.config.replace(vocab_size=0))
+    plain = BiLM(bilm.config.replace(vocab_size=0), bilm.indexer)
     plain.load_state_dict({k: v for k, v in bilm.state_dict().items() if not k.startswith("lm_head.")})
     return save_bilm(plain, directory)
 
@@ -244,14 +244,14 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     output = Path(output)
     corpus, checkpoints = Path(cfg.corpus), output / "checkpoints"
     vocab = Vocabulary.load(vocab_path(cfg))
-    table = TokenTable(vocab)
-    streams = open_streams(corpus / "train", run.streams, run.n_streams, cfg.batch_tokens, cfg.seed, table)
-    dev = dev_batches(corpus, table, cfg.eval_tokens, cfg.batch_tokens) if run.main else []
 
     # The model: resumed, continued from another biLM, or new (same seed on every rank).
     resume_from = latest_checkpoint(checkpoints)
     torch.manual_seed(cfg.seed)
     bilm = load_bilm(resume_from) if resume_from else build_bilm(cfg, vocab)
+    table = TokenTable(vocab, bilm.indexer)  # the model's own characters (and words) for its input
+    streams = open_streams(corpus / "train", run.streams, run.n_streams, cfg.batch_tokens, cfg.seed, table)
+    dev = dev_batches(corpus, table, cfg.eval_tokens, cfg.batch_tokens) if run.main else []
     bilm = bilm.to(run.device).train()
     optimizer = make_optimizer(cfg, bilm)
     state = {"step": 0, "tokens": 0, "elapsed": 0.0, "best_dev": None}
