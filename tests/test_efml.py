@@ -254,15 +254,14 @@ def test_handmade_model_imports(plain_model):
     assert embed_sentences(bilm, [["cat", "dog"]])[0].shape == (3, 2, 16)
 
 
-def test_missing_char_dic(plain_model):
-    (plain_model / "char.dic").unlink()
-    with pytest.raises(WeightsError, match=r"char.dic: file not found"):
-        import_efml(plain_model)
-
-
-def test_missing_word_dic(plain_model):
-    (plain_model / "word.dic").unlink()
-    with pytest.raises(WeightsError, match=r"word.dic: file not found"):
+@pytest.mark.parametrize("missing,message", [
+    ("char.dic", r"char.dic: file not found"),
+    ("word.dic", r"word.dic: file not found"),
+    ("tiny_network.json", r"names the network config '/elsewhere/configs/tiny_network.json', found in none of .* Copy that JSON file into"),
+])
+def test_a_missing_file_is_named(plain_model, missing, message):
+    (plain_model / missing).unlink()
+    with pytest.raises(WeightsError, match=message):
         import_efml(plain_model)
 
 
@@ -287,12 +286,6 @@ def test_unsupported_architectures(plain_model, part, name):
     network[part]["name"] = name
     (plain_model / "tiny_network.json").write_text(json.dumps(network))
     with pytest.raises(WeightsError, match=rf"{part} 'lstm' is not supported"):
-        import_efml(plain_model)
-
-
-def test_missing_network_config(plain_model):
-    (plain_model / "tiny_network.json").unlink()
-    with pytest.raises(WeightsError, match=r"names the network config '/elsewhere/configs/tiny_network.json', found in none of .* Copy that JSON file into"):
         import_efml(plain_model)
 
 
