@@ -1,5 +1,6 @@
 """The spaCy project workflow, end to end on a tiny configuration (a slice of the built-in text,
-the tiny preset, a few steps), in a copy of the project so the checkout stays clean."""
+the tiny preset, a few steps), in English and in Bulgarian, in a copy of the project so the
+checkout stays clean."""
 import json
 import shutil
 import subprocess
@@ -15,14 +16,25 @@ from training.vocab import Vocabulary
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_workflow_all_on_a_tiny_configuration(tmp_path):
+TINY = ["--vars.text_docs=12", "--vars.preset=tiny", "--vars.max_steps=4", "--vars.max_minutes=0", "--vars.vocab_size=800"]
+
+
+def copy_project(tmp_path) -> Path:
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(ROOT / "project.yml", project)
     shutil.copytree(ROOT / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
-    tiny = ["--vars.text_docs=12", "--vars.preset=tiny", "--vars.max_steps=4", "--vars.max_minutes=0", "--vars.vocab_size=800"]
-    result = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "all", str(project), *tiny], capture_output=True, text=True)
+    return project
+
+
+def run_project(project: Path, command: str, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(project), *overrides], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_workflow_all_on_a_tiny_configuration(tmp_path):
+    project = copy_project(tmp_path)
+    result = run_project(project, "all", *TINY)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     manifest = json.loads((project / "corpus" / "manifest.json").read_text())
@@ -37,6 +49,38 @@ def test_workflow_all_on_a_tiny_configuration(tmp_path):
     demo = (project / "metrics" / "demo.txt").read_text()
     assert "Loaded en_elmo_sample" in demo and "sentence similarities" in demo
 
-    again = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "all", str(project), *tiny], capture_output=True, text=True)
+    again = run_project(project, "all", *TINY)
     assert again.returncode == 0
     assert again.stdout.count("Skipping") >= 6, "finished steps are skipped on a rerun"
+
+
+@pytest.mark.slow
+def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path):
+    project = copy_project(tmp_path)
+    result = run_project(project, "all", "--vars.lang=bg", *TINY)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    text = (project / "assets" / "text" / "bg" / "wikipedia-sample.txt").read_text()
+    assert text.count("\n\n") == 11 and "Григорианският календар" in text
+    manifest = json.loads((project / "corpus" / "manifest.json").read_text())
+    assert manifest["pipeline"] == "bg" and all(manifest["splits"][s]["sentences"] > 0 for s in ("train", "dev", "test"))
+    assert any("календар" in line for line in (project / "corpus" / "vocab.txt").read_text().splitlines())
+    perplexity = json.loads((project / "metrics" / "perplexity.json").read_text())
+    assert perplexity["perplexity"] > 1 and perplexity["unigram_perplexity"] > 1
+    nlp = spacy.load(project / "pipelines" / "elmo")
+    assert nlp.lang == "bg" and nlp("Работи. Два пъти.")._.elmo_data.shape == (3, 5, 32)
+    assert list((project / "packages").glob("bg_elmo_sample-0.0.1/dist/*.whl"))
+    demo = (project / "metrics" / "demo.txt").read_text()
+    assert "Loaded bg_elmo_sample" in demo and "topped up with" in demo
+    assert "\"България е малка страна в Европа.\" ~ \"От друга страна, статията е твърде кратка.\"" in demo
+
+
+@pytest.mark.slow
+def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path):
+    project = copy_project(tmp_path)
+    missing = run_project(project, "text", "--vars.lang=de")
+    assert missing.returncode != 0 and "No built-in text for language 'de'" in missing.stdout + missing.stderr
+    assert "--vars.text PATH" in missing.stdout + missing.stderr
+    given = run_project(project, "text", "--vars.lang=de", "--vars.text=my-text")
+    assert given.returncode == 0 and "no built-in text needed" in given.stdout
+    assert not (project / "assets" / "text" / "de").exists()

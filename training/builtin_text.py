@@ -1,11 +1,17 @@
 """Raw text for the workflow, written as one paragraph per line with a blank line between documents.
 
 - ``gensim``: the real text that ships inside gensim's wheel, so a fresh offline machine has a
-  corpus: a sample of English Wikipedia articles (MediaWiki XML; redirects skipped, markup removed)
-  and the Lee news corpus (``lee_background.cor``, one article per line).
+  corpus, chosen by language (``--lang``):
+  - ``en``: a sample of English Wikipedia articles (MediaWiki XML; redirects skipped, markup
+    removed) and the Lee news corpus (``lee_background.cor``, one article per line);
+  - ``bg``: the Bulgarian Wikipedia sample (one article, a help page and a long 2005 discussion
+    archive; about 28k words), each page section a document (three pages would make three
+    documents, too few to split into train/dev/test), signatures and indentation of the
+    discussions removed.
+  gensim's Russian text (``crime-and-punishment.txt``, about 500 words) is too small to pretrain on.
 - ``wikitext``: WikiText-103 (the optional ``wikitext-103`` asset of project.yml), from its raw zip.
 
-    python -m training.builtin_text gensim assets/text [--max-docs N]
+    python -m training.builtin_text gensim assets/text/en [--lang en] [--max-docs N]
     python -m training.builtin_text wikitext assets/wikitext-103-raw-v1.zip assets/wikitext
 """
 from __future__ import annotations
@@ -14,17 +20,38 @@ import bz2
 import re
 import zipfile
 from pathlib import Path
-from typing import Iterable, Iterator, List
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional
 
 import typer
 
 from .vocab import write_text_atomically
 
 WIKIPEDIA_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+BULGARIAN_WIKIPEDIA_SAMPLE = "bgwiki-latest-pages-articles-shortened.xml.bz2"
 LEE_NEWS = "lee_background.cor"
 MIN_PARAGRAPH_WORDS = 5
+REDIRECTS = ("#REDIRECT", "#ПРЕНАСОЧВАНЕ")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True)
+HEADING_LINE = re.compile(r"^=+[^=\n].*?=+[ \t]*$", re.M)
+INDENTATION = re.compile(r"^[:*#]+[ \t]*", re.M)
+# <nowiki> holds literal markup: gensim's filter would read a "{{" in it as an unclosed template
+# and drop the rest of the page.
+NOWIKI = re.compile(r"<nowiki>.*?</nowiki>", re.S)
+TIMESTAMP = r"\d{1,2}:\d{2}, \d{1,2} \S+ \d{4}\s*\((?:UTC|УТЦ)\)"
+# "--Name 07:40, 1 септември 2005 (UTC)": the name may not hold another dash, so the match starts
+# at the last one and never eats the prose before it; a single dash counts only after a space.
+SIGNATURE = re.compile(r"\s*(?:--|—|–|(?<!\S)-)(?:(?!--|—|–|\s-\s).){0,120}?" + TIMESTAMP)
+UNSIGNED_TIMESTAMP = re.compile(r"\s*" + TIMESTAMP)
+
+Documents = Iterator[List[str]]
+
+
+class Source(NamedTuple):
+    """One built-in text: the file it is written to, what its documents are, and its reader."""
+
+    file: str
+    documents_are: str
+    read: Callable[[Path], Documents]
 
 
 def gensim_data_dir() -> Path:
@@ -51,22 +78,62 @@ def clean_wiki_paragraphs(markup: str) -> List[str]:
     return paragraphs
 
 
-def wikipedia_sample(data_dir: Path) -> Iterator[List[str]]:
+def wiki_pages(path: Path) -> Iterator[str]:
+    """The markup of every page of a MediaWiki XML dump (.bz2) that is not a redirect. The dump is
+    read as bytes so that the XML parser finds its encoding (the Bulgarian sample is UTF-16)."""
     from gensim.corpora.wikicorpus import extract_pages
 
-    with bz2.open(data_dir / WIKIPEDIA_SAMPLE, "rt", encoding="utf-8") as stream:
+    with bz2.open(path, "rb") as stream:
         for _, markup, _ in extract_pages(stream):
-            if markup.lstrip().upper().startswith("#REDIRECT"):
-                continue
-            paragraphs = clean_wiki_paragraphs(markup)
-            if paragraphs:
-                yield paragraphs
+            if not markup.lstrip().upper().startswith(REDIRECTS):
+                yield markup
 
 
-def lee_news(data_dir: Path) -> Iterator[List[str]]:
+def wikipedia_sample(data_dir: Path) -> Documents:
+    for markup in wiki_pages(data_dir / WIKIPEDIA_SAMPLE):
+        paragraphs = clean_wiki_paragraphs(markup)
+        if paragraphs:
+            yield paragraphs
+
+
+def wiki_sections(markup: str) -> Documents:
+    """The prose of each section of a page, discussion signatures and indentation removed."""
+    for section in HEADING_LINE.split(NOWIKI.sub("", markup)):
+        paragraphs = [strip_signatures(p) for p in clean_wiki_paragraphs(INDENTATION.sub("", section))]
+        paragraphs = [p for p in paragraphs if len(p.split()) >= MIN_PARAGRAPH_WORDS]
+        if paragraphs:
+            yield paragraphs
+
+
+def strip_signatures(paragraph: str) -> str:
+    return UNSIGNED_TIMESTAMP.sub("", SIGNATURE.sub("", paragraph)).strip()
+
+
+def bulgarian_wikipedia_sample(data_dir: Path) -> Documents:
+    for markup in wiki_pages(data_dir / BULGARIAN_WIKIPEDIA_SAMPLE):
+        yield from wiki_sections(markup)
+
+
+def lee_news(data_dir: Path) -> Documents:
     for line in (data_dir / LEE_NEWS).read_text(encoding="utf-8").splitlines():
         if line.strip():
             yield [line.strip()]
+
+
+BUILTIN_TEXT: Dict[str, List[Source]] = {
+    "en": [Source("wikipedia-sample.txt", "Wikipedia articles", wikipedia_sample), Source("lee-news.txt", "news articles", lee_news)],
+    "bg": [Source("wikipedia-sample.txt", "Wikipedia page sections", bulgarian_wikipedia_sample)],
+}
+
+
+def builtin_sources(lang: str) -> List[Source]:
+    if lang not in BUILTIN_TEXT:
+        raise ValueError(
+            f"No built-in text for language {lang!r} (there is built-in text for: {', '.join(BUILTIN_TEXT)}). Pass your own text: "
+            f"spacy project run all --vars.lang {lang} --vars.text PATH (a .txt file or a folder of them, one "
+            "paragraph per line, a blank line between documents)."
+        )
+    return BUILTIN_TEXT[lang]
 
 
 def write_documents(path: Path, documents: Iterable[List[str]], max_docs: int = 0) -> int:
@@ -75,13 +142,27 @@ def write_documents(path: Path, documents: Iterable[List[str]], max_docs: int = 
     return len(chosen)
 
 
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+
 @app.command()
-def gensim(output: Path, max_docs: int = typer.Option(0, help="Documents per source; 0 for all.")) -> None:
-    """Extract the Wikipedia sample and the Lee news text from gensim's wheel."""
+def gensim(
+    output: Path,
+    lang: str = typer.Option("en", help="Language of the text: " + ", ".join(BUILTIN_TEXT) + "."),
+    max_docs: int = typer.Option(0, help="Documents per source; 0 for all."),
+    corpus_text: Optional[Path] = typer.Option(None, help="The text the workflow reads (${vars.text}): nothing is extracted unless it is OUTPUT."),
+) -> None:
+    """Extract the built-in text of a language from gensim's wheel."""
+    if corpus_text is not None and corpus_text.resolve() != output.resolve():
+        typer.echo(f"The workflow reads {corpus_text} (--vars.text): no built-in text needed.")
+        return
+    try:
+        sources = builtin_sources(lang)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     data = gensim_data_dir()
-    wiki = write_documents(output / "wikipedia-sample.txt", wikipedia_sample(data), max_docs)
-    news = write_documents(output / "lee-news.txt", lee_news(data), max_docs)
-    typer.echo(f"Wrote {wiki} Wikipedia articles and {news} news articles to {output}")
+    counts = [f"{write_documents(output / s.file, s.read(data), max_docs)} {s.documents_are}" for s in sources]
+    typer.echo(f"Wrote {' and '.join(counts)} to {output}")
 
 
 @app.command()

@@ -3,11 +3,15 @@
 1. The packaged wheel installs (into a private directory) and ``spacy.load(name)`` works.
 2. A polysemous word in different contexts: the nearest neighbours of each occurrence among all
    the tokens of held-out sentences, by ELMo vector, next to the context-free neighbours of layer 0
-   (as in Table 4 of the paper).
+   (as in Table 4 of the paper). A small held-out split is topped up with training sentences.
 3. Sentence similarities: the cosine of sentence vectors for pairs that share a word in different
    senses, and pairs that share a sense.
 
-    python -m training.demo packages/ --name en_elmo_sample --corpus corpus/test --output metrics/demo.txt
+The words and sentence pairs come from a table per language (the pipeline's ``lang``); for a
+language without one, the most frequent content words of the reference text stand in and there
+are no sentence pairs.
+
+    python -m training.demo packages/ --name en_elmo_sample --corpus corpus/test --top-up corpus/train --output metrics/demo.txt
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import typer
@@ -25,15 +30,45 @@ from spacy.tokens import Doc
 from .corpus import read_sentences
 from .vocab import write_text_atomically
 
-POLYSEMOUS = ["play", "bank", "state", "party", "power", "right", "field", "light", "court", "order", "record", "plant", "interest", "match", "lead", "fire", "case", "spring"]
-PAIRS = [
-    ("The bank raised its interest rates.", "The central bank cut rates again."),
-    ("We walked along the bank of the river.", "The bank raised its interest rates."),
-    ("She plays the violin in an orchestra.", "He plays the guitar in a band."),
-    ("She plays the violin in an orchestra.", "The team plays its last match on Sunday."),
-    ("The court ruled against the government.", "The judge adjourned the court."),
-    ("The court ruled against the government.", "They played tennis on a clay court."),
-]
+
+class DemoText(NamedTuple):
+    """What the demo shows for one language: polysemous words (the first ones that occur in two
+    reference sentences are shown) and sentence pairs sharing a word in the same or another sense."""
+
+    polysemous: Sequence[str]
+    pairs: Sequence[Tuple[str, str]]
+
+
+DEMO_TEXT: Dict[str, DemoText] = {
+    "en": DemoText(
+        ["play", "bank", "state", "party", "power", "right", "field", "light", "court", "order", "record", "plant", "interest", "match", "lead", "fire", "case", "spring"],
+        [
+            ("The bank raised its interest rates.", "The central bank cut rates again."),
+            ("We walked along the bank of the river.", "The bank raised its interest rates."),
+            ("She plays the violin in an orchestra.", "He plays the guitar in a band."),
+            ("She plays the violin in an orchestra.", "The team plays its last match on Sunday."),
+            ("The court ruled against the government.", "The judge adjourned the court."),
+            ("The court ruled against the government.", "They played tennis on a clay court."),
+        ],
+    ),
+    # The built-in Bulgarian text (a calendar article and Wikipedia discussions) has the first words
+    # in both senses: страна country / side, ред order / line, стил calendar / writing style. The
+    # last four are classic homonyms for other Bulgarian text: hair / scythe, key / spring, bank /
+    # jar, onion / bow. spaCy's Bulgarian tokenizer keeps "стил." and "текст." whole (abbreviations),
+    # so no pair ends with them.
+    "bg": DemoText(
+        ["страна", "ред", "стил", "право", "страни", "време", "език", "връзка", "точка", "свят", "карти", "глава", "коса", "ключ", "банка", "лук"],
+        [
+            ("България е малка страна в Европа.", "Гърция е малка страна на Балканите."),
+            ("България е малка страна в Европа.", "От друга страна, статията е твърде кратка."),
+            ("Имената са подредени по азбучен ред.", "Статиите в категорията са по азбучен ред."),
+            ("Имената са подредени по азбучен ред.", "Под картинката има само един ред текст и таблица."),
+            ("Статиите трябва да са написани в енциклопедичен стил и на български език.", "Авторът пише в лек и приятен стил, без чуждици."),
+            ("Статиите трябва да са написани в енциклопедичен стил и на български език.", "В България календарът по нов стил е въведен през 1916 година."),
+        ],
+    ),
+}
+MIN_REFERENCE_TOKENS = 10000
 
 
 def load_packaged(packages: Path, name: str):
@@ -49,10 +84,25 @@ def load_packaged(packages: Path, name: str):
     return spacy.load(name), wheels[-1]
 
 
-def reference_tokens(nlp, corpus: Path, max_sentences: int) -> Tuple[np.ndarray, np.ndarray, List[Tuple[str, str]]]:
-    """Mixed and layer-0 vectors (unit length) of every token of up to ``max_sentences`` sentences,
-    and (word, sentence) for each."""
+def reference_sentences(corpus: Path, top_up: Optional[Path], max_sentences: int, min_tokens: int) -> Tuple[List[List[str]], int]:
+    """The sentences of 3 to 60 tokens among the first ``max_sentences`` held-out ones, then, while
+    they hold fewer than ``min_tokens`` tokens, sentences from ``top_up``; and how many are held out."""
     sentences = [s for _, s in zip(range(max_sentences), read_sentences(corpus)) if 3 <= len(s) <= 60]
+    held_out, tokens = len(sentences), sum(map(len, sentences))
+    if top_up is None or tokens >= min_tokens:
+        return sentences, held_out
+    for sentence in read_sentences(top_up):
+        if tokens >= min_tokens or len(sentences) >= max_sentences:
+            break
+        if 3 <= len(sentence) <= 60:
+            sentences.append(sentence)
+            tokens += len(sentence)
+    return sentences, held_out
+
+
+def reference_tokens(nlp, sentences: List[List[str]]) -> Tuple[np.ndarray, np.ndarray, List[Tuple[str, str]]]:
+    """Mixed and layer-0 vectors (unit length) of every token of ``sentences``, and (word, sentence)
+    for each."""
     docs = nlp.pipe(Doc(nlp.vocab, words=words, sent_starts=[True] + [False] * (len(words) - 1)) for words in sentences)
     mixed, static, labels = [], [], []
     for doc in docs:
@@ -62,6 +112,15 @@ def reference_tokens(nlp, corpus: Path, max_sentences: int) -> Tuple[np.ndarray,
             static.append(token._.elmo_layers[0])
             labels.append((token.text, text))
     return _unit(np.array(mixed)), _unit(np.array(static)), labels
+
+
+def reference_summary(sentences: List[List[str]], held_out: int, min_tokens: int) -> str:
+    total = sum(map(len, sentences))
+    if held_out == len(sentences):
+        return f"Reference: {total:,} tokens of held-out sentences."
+    kept = sum(map(len, sentences[:held_out]))
+    return (f"Reference: {total:,} tokens: {kept:,} of held-out sentences (fewer than {min_tokens:,}), "
+            f"topped up with {total - kept:,} of training sentences.")
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:
@@ -86,16 +145,22 @@ def snippet(sentence: str, word: str, width: int = 70) -> str:
     return ("..." if at else "") + text + ("..." if at + width < len(sentence) else "")
 
 
-def polysemy_report(mixed, static, labels, k: int, n_words: int) -> List[str]:
+def frequent_content_words(labels: List[Tuple[str, str]], stop_words, n: int) -> List[str]:
+    """The ``n`` most frequent lowercased alphabetic tokens that are not stop words."""
+    counts = Counter(word.lower() for word, _ in labels if word.isalpha() and word.lower() not in stop_words)
+    return [word for word, _ in counts.most_common(n)]
+
+
+def polysemy_report(mixed, static, labels, k: int, n_words: int, candidates: Sequence[str], reference: str) -> List[str]:
     lines = []
     occurrences = {}
     for position, (word, sentence) in enumerate(labels):
-        if word.lower() in POLYSEMOUS:
+        if word.lower() in candidates:
             occurrences.setdefault(word.lower(), {}).setdefault(sentence, position)
-    chosen = [w for w in POLYSEMOUS if len(occurrences.get(w, {})) >= 2][:n_words]
+    chosen = [w for w in candidates if len(occurrences.get(w, {})) >= 2][:n_words]
     for word in chosen:
         contexts = list(occurrences[word].items())[:2]
-        lines.append(f"== '{word}': nearest tokens of held-out text, by vector ==")
+        lines.append(f"== '{word}': nearest tokens of {reference}, by vector ==")
         first_position = contexts[0][1]
         lines.append("  layer 0 (context-free; the same in every context): " + ", ".join(
             f"{w} ({s:.3f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)))
@@ -109,17 +174,33 @@ def polysemy_report(mixed, static, labels, k: int, n_words: int) -> List[str]:
     return lines
 
 
-def similarity_report(nlp) -> List[str]:
+def similarity_report(nlp, pairs: Sequence[Tuple[str, str]]) -> List[str]:
     lines = ["== sentence similarities (Doc.similarity: cosine of ELMo sentence vectors) =="]
-    for first, second in PAIRS:
+    for first, second in pairs:
         lines.append(f"  {nlp(first).similarity(nlp(second)):.3f}  \"{first}\" ~ \"{second}\"")
     return lines
+
+
+def word_and_sentence_report(nlp, mixed, static, labels, k: int, n_words: int, reference: str) -> List[str]:
+    """Polysemous words and sentence pairs from the language's table; without one, frequent words."""
+    table = DEMO_TEXT.get(nlp.lang)
+    if table is not None:
+        return polysemy_report(mixed, static, labels, k, n_words, table.polysemous, reference) + similarity_report(nlp, table.pairs)
+    words = frequent_content_words(labels, nlp.Defaults.stop_words, 50)
+    return [
+        f"(no word list for language '{nlp.lang}' in training/demo.py DEMO_TEXT: showing the most frequent content words of the reference text)",
+        "",
+        *polysemy_report(mixed, static, labels, k, n_words, words, reference),
+        f"(no sentence pairs for language '{nlp.lang}': add them to DEMO_TEXT in training/demo.py)",
+    ]
 
 
 def main(
     packages: Path = typer.Argument(..., help="The package step's output directory."),
     name: str = typer.Option(..., help="The package name, e.g. en_elmo_sample."),
     corpus: Path = typer.Option(..., help="Held-out shards for the neighbour search (corpus/test)."),
+    top_up: Optional[Path] = typer.Option(None, help="Training shards (corpus/train) to add while the held-out text is smaller than --min-tokens."),
+    min_tokens: int = typer.Option(MIN_REFERENCE_TOKENS, help="With --top-up: add training sentences until the reference has this many tokens."),
     max_sentences: int = typer.Option(2000),
     neighbours_k: int = typer.Option(5, "--neighbours"),
     words: int = typer.Option(2, help="How many polysemous words to show."),
@@ -135,10 +216,11 @@ def main(
             "Neighbours grow sharper with training: the `full` workflow, or more text."
         )
     report.append("")
-    mixed, static, labels = reference_tokens(nlp, corpus, max_sentences)
-    report += [f"Reference: {len(labels):,} tokens of held-out sentences.", ""]
-    report += polysemy_report(mixed, static, labels, neighbours_k, words)
-    report += similarity_report(nlp)
+    sentences, held_out = reference_sentences(corpus, top_up, max_sentences, min_tokens)
+    mixed, static, labels = reference_tokens(nlp, sentences)
+    report += [reference_summary(sentences, held_out, min_tokens), ""]
+    reference = "held-out text" if held_out == len(sentences) else "reference text"
+    report += word_and_sentence_report(nlp, mixed, static, labels, neighbours_k, words, reference)
     text = "\n".join(report) + "\n"
     if output:
         write_text_atomically(output, text)
