@@ -3,6 +3,7 @@ batch of real sentences, each fast path next to a straightforward step loop meas
 
     python bench/bench_bilm.py                              # CPU, 2 threads
     python bench/bench_bilm.py --device cuda --dtype bf16   # on a GPU, adds bf16 autocast rows
+    python bench/bench_bilm.py --peer PEER_DIR              # side by side with AllenNLP (bench_peer.py)
 
 Every configuration runs in its own process (clean peak memory). Writes bench/results/bilm-<device>.json,
 a bar chart next to it, and the device's section of BENCHMARKS.md.
@@ -268,8 +269,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peer", help="the peer's folder (../shared/tools/peer-allennlp/setup.sh): run bench_peer.py instead")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peer:
+        subprocess.run([sys.executable, str(Path(__file__).with_name("bench_peer.py")), args.peer, "--threads", str(args.threads)], check=True)
+        return
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))
         return

@@ -1,0 +1,255 @@
+"""Side by side with the peer: the elmo component against AllenNLP's `Elmo`, same weights, same
+sentences, same run, same machine.
+
+    bash ../shared/tools/peer-allennlp/setup.sh /tmp/peer      # once: the peer's venv + full-size weights
+    python bench/bench_bilm.py --peer /tmp/peer                # or: python bench/bench_peer.py /tmp/peer
+
+Workloads: 1 sentence (20 words), 16 and 64 sentences (the fixture's sentences, as in the peer's
+own benchmark) and 1,000 sentences of real text (shared/data/corpus/valid.txt, spaCy's tokenizer).
+Ours runs the `elmo` component end to end (`nlp.pipe`, spaCy's Doc handling included) on the
+converted full-size random weights (93.6M parameters, original clipping); the peer runs `Elmo` in
+batches of 64. "cache warm": ours starts from a token cache holding the workload's words, the peer
+uses `vocab_to_cache` with the same words. Each configuration runs in its own process (its own peak
+RSS). Writes bench/results/peer-cpu.json and .png and the peer section of BENCHMARKS.md, with the
+CPU model, the measured GEMM rate and the fp32 roof it implies.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
+FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
+CORPUS = SHARED / "data" / "corpus"
+PEER_TOOLS = SHARED / "tools" / "peer-allennlp"
+OUT = ROOT / "bench" / "out"
+RESULTS = ROOT / "bench" / "results"
+
+WORKLOADS = ["1 sentence", "16 sentences", "64 sentences", "1,000 sentences"]
+REPEATS = {"1,000 sentences": 3}
+
+
+def workload_sentences(name: str) -> list:
+    """The token lists of a workload (the peer's own batches for the fixture-sized ones)."""
+    if name == "1,000 sentences":
+        return real_sentences(1000)
+    streams = json.loads((FIXTURE / "sentences.json").read_text())
+    flat = [line.split() for line in streams[0] + streams[1] + streams[2]]
+    return {"1 sentence": [streams[0][9].split()], "16 sentences": flat[:16], "64 sentences": (flat * 3)[:64]}[name]
+
+
+def real_sentences(count: int, seed: int = 0) -> list:
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    sentences = [[t.text for t in s if not t.is_space] for doc in nlp.pipe(lines) for s in doc.sents]
+    sentences = [s for s in sentences if 0 < len(s) <= 100]
+    return random.Random(seed).sample(sentences, count)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def ours(spec: dict) -> dict:
+    """One configuration of ours, in this process: words/s of nlp.pipe over the workload."""
+    import spacy
+    import torch
+    from spacy.tokens import Doc
+
+    torch.set_num_threads(spec["threads"])
+    sentences = json.loads(Path(spec["sentences"]).read_text())
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": spec["weights"], "set_vector_hooks": False})
+    nlp.initialize()
+    from spacy_elmo.layers import get_bilm
+
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    bilm.token_cache.capacity = 20000 if spec["cache"] else 0
+    docs = lambda: [Doc(nlp.vocab, words=s) for s in sentences]  # noqa: E731
+    times = []
+    for _ in range(spec["repeats"] + 1):  # the first is a warm-up (and fills the cache when on)
+        batch = docs()
+        start = time.perf_counter()
+        for _ in nlp.pipe(batch, batch_size=1000):
+            pass
+        times.append(time.perf_counter() - start)
+    words = sum(len(s) for s in sentences)
+    median = statistics.median(times[1:])
+    return {"words": words, "median_s": median, "words_per_s": words / median, "peak_rss_mb": peak_rss_mb()}
+
+
+def run_ours(spec: dict) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"ours failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads: int) -> dict:
+    environment = {**os.environ, "PYTHONPATH": str(PEER_TOOLS / "stubs")}
+    command = [
+        str(peer / "venv" / "bin" / "python"), str(ROOT / "bench" / "peer_allennlp.py"), "--model", str(peer / "full"),
+        "--sentences", str(sentences_file), "--mode", mode, "--reps", str(repeats), "--threads", str(threads),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, env=environment)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    if done.returncode or line is None:
+        raise SystemExit(f"the peer failed:\n{done.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def converted_weights(peer: Path) -> Path:
+    """The peer's full-size weights in our native format (converted once)."""
+    from spacy_elmo import import_original, save_bilm
+
+    target = OUT / "peer-full-bilm"
+    if not (target / "model.safetensors").is_file():
+        save_bilm(import_original(peer / "full" / "options.json", peer / "full" / "lm_weights.hdf5"), target)
+    return target
+
+
+def gemm_roof(threads: int) -> dict:
+    """The fp32 GEMM rate (the step loop's shapes' big brother: 4096 x 4096 by 4096 x 512) and the
+    FLOP of one word through the original-size biLM, counted from its shapes."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(4096, 4096), torch.randn(4096, 512)
+    torch.mm(a, b)
+    start, runs = time.perf_counter(), 10
+    for _ in range(runs):
+        torch.mm(a, b)
+    gflops = 2 * 4096 * 4096 * 512 * runs / (time.perf_counter() - start) / 1e9
+    return {"gemm_gflops": gflops, "flop_per_word": flop_per_word(), "roof_words_per_s": gflops * 1e9 / flop_per_word()}
+
+
+def flop_per_word(cells: int = 4096, proj: int = 512, layers: int = 2, filters: int = 2048, highway: int = 2,
+                  conv_flop_per_window: int = 2 * 16 * 12320, windows: int = 50) -> float:
+    """Multiply-adds x 2 per token: LSTM (input, recurrent, projection) for each layer and direction,
+    and the char CNN (convolutions over the token's 50 character windows, highways, projection)."""
+    lstm = 2 * layers * 2 * (4 * cells * proj * 2 + cells * proj)
+    chars = conv_flop_per_window * windows + highway * 2 * 2 * filters * filters + 2 * filters * proj
+    return float(lstm + chars)
+
+
+def machine(threads: int) -> str:
+    import platform
+
+    import torch
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), platform.processor())
+    flags = next((l for l in info.splitlines() if l.startswith("flags")), "")
+    features = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f" {f}" in flags]
+    return f"{cpu} ({os.cpu_count()} cores; {', '.join(features) or 'no AVX2'}), {threads} threads, torch {torch.__version__}"
+
+
+def run_all(peer: Path, threads: int) -> dict:
+    weights = converted_weights(peer)
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for workload in WORKLOADS:
+        sentences_file = OUT / f"peer-{workload.split()[0].replace(',', '')}.json"
+        sentences_file.write_text(json.dumps(workload_sentences(workload)))
+        repeats = REPEATS.get(workload, 5)
+        for cache in (False, True):
+            spec = {"weights": str(weights), "sentences": str(sentences_file), "cache": cache, "threads": threads, "repeats": repeats}
+            mine = run_ours(spec)
+            theirs = run_peer(peer, sentences_file, "cached" if cache else "plain", repeats, threads)
+            row = {"workload": workload, "cache": "warm" if cache else "off", "ours": mine, "peer": theirs,
+                   "ratio": mine["words_per_s"] / theirs["words_per_s"]}
+            rows.append(row)
+            print(f"{workload:>16} cache {row['cache']:>4}: ours {mine['words_per_s']:8.1f} words/s, "
+                  f"AllenNLP {theirs['words_per_s']:8.1f} -> {row['ratio']:.2f}x", flush=True)
+    return {"machine": machine(threads), "date": time.strftime("%Y-%m-%d"), "roof": gemm_roof(threads), "rows": rows}
+
+
+def write_outputs(report: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    from spacy_elmo.io import atomic_write_json
+
+    atomic_write_json(RESULTS / "peer-cpu.json", report)
+    plot(report, RESULTS / "peer-cpu.png")
+    update_markdown(report)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['workload']}\ncache {r['cache']}" for r in report["rows"]]
+    ratios = [r["ratio"] for r in report["rows"]]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    bars = ax.bar(labels, ratios, color=["#1f77b4" if r >= 1 else "#d62728" for r in ratios])
+    ax.axhline(1.0, color="#444444", linewidth=1)
+    for bar, ratio in zip(bars, ratios):
+        ax.text(bar.get_x() + bar.get_width() / 2, ratio, f"{ratio:.2f}x", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("words/s of ours / words/s of AllenNLP")
+    ax.set_title(f"elmo component vs AllenNLP Elmo, same weights and run\n{report['machine']}", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def update_markdown(report: dict) -> None:
+    roof = report["roof"]
+    lines = [
+        f"### Against the peer (AllenNLP `Elmo`) on CPU ({report['date']})", "",
+        f"Machine: {report['machine']}. Full-size random weights (93.6M parameters, clipping on) from "
+        "../shared/tools/peer-allennlp, converted for ours; ours is the `elmo` component through `nlp.pipe` "
+        "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
+        "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
+        "sentences) after a warm-up, each configuration in its own process. Command: "
+        "`python bench/bench_bilm.py --peer PEER_DIR`.", "",
+        "| workload | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP peak RSS (MB) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(f"| {r['workload']} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | {r['peer']['words_per_s']:,.1f} | "
+                     f"**{r['ratio']:.2f}x** | {r['ours']['peak_rss_mb']:,.0f} | {r['peer']['peak_rss_mb']:,.0f} |")
+    lines += [
+        "", f"fp32 roof: a 4096x4096 by 4096x512 matmul runs at {roof['gemm_gflops']:.0f} GFLOP/s here; one word through "
+        f"the biLM is {roof['flop_per_word'] / 1e6:.0f} MFLOP (LSTM input, recurrent and projection matmuls of 2 layers x 2 "
+        f"directions, and the char CNN's convolutions over 50 windows, 2 highways and projection), so the roof is "
+        f"{roof['roof_words_per_s']:,.0f} words/s.", "", "![against the peer](bench/results/peer-cpu.png)", "",
+    ]
+    start, end = "<!-- bench_peer:cpu start -->", "<!-- bench_peer:cpu end -->"
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text(encoding="utf-8")
+    block = f"{start}\n" + "\n".join(lines) + end
+    text = text[: text.index(start)] + block + text[text.index(end) + len(end):] if start in text else text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("peer", nargs="?", help="the folder setup.sh built (venv/ and full/)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(ours(json.loads(args.worker))))
+        return
+    if not args.peer or not (Path(args.peer) / "venv").is_dir():
+        raise SystemExit("Give the peer's folder: bash ../shared/tools/peer-allennlp/setup.sh PEER_DIR, then PEER_DIR here.")
+    write_outputs(run_all(Path(args.peer), args.threads))
+    print("Wrote BENCHMARKS.md and bench/results/peer-cpu.json/.png")
+
+
+if __name__ == "__main__":
+    main()
