@@ -7,8 +7,8 @@ sentences, same run, same machine.
 Workloads: 1 sentence (20 words), 16 and 64 sentences (the fixture's sentences, as in the peer's
 own benchmark) and 1,000 sentences of real text (shared/data/corpus/valid.txt, spaCy's tokenizer).
 Ours runs the `elmo` component end to end (`nlp.pipe`, spaCy's Doc handling included) on the
-converted full-size random weights (93.6M parameters, original clipping); the peer runs `Elmo` in
-batches of 64. "cache warm": ours starts from a token cache holding the workload's words, the peer
+converted full-size random weights (93.6M parameters, original clipping), in exact fp32 and in the
+opt-in bf16 (with its error against fp32); the peer runs `Elmo` in batches of 64. "cache warm": ours starts from a token cache holding the workload's words, the peer
 uses `vocab_to_cache` with the same words. Each configuration runs in its own process (its own peak
 RSS). Writes bench/results/peer-cpu.json and .png and the peer section of BENCHMARKS.md, with the
 CPU model, the measured GEMM rate and the fp32 roof it implies.
@@ -71,7 +71,7 @@ def ours(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     sentences = json.loads(Path(spec["sentences"]).read_text())
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": spec["weights"], "set_vector_hooks": False})
+    nlp.add_pipe("elmo", config={"weights": spec["weights"], "set_vector_hooks": False, "precision": spec["precision"]})
     nlp.initialize()
     from spacy_elmo.layers import get_bilm
 
@@ -87,7 +87,25 @@ def ours(spec: dict) -> dict:
         times.append(time.perf_counter() - start)
     words = sum(len(s) for s in sentences)
     median = statistics.median(times[1:])
-    return {"words": words, "median_s": median, "words_per_s": words / median, "peak_rss_mb": peak_rss_mb()}
+    report = {"words": words, "median_s": median, "words_per_s": words / median, "peak_rss_mb": peak_rss_mb()}
+    if spec["precision"] != "fp32":
+        report["error"] = error_against_fp32(bilm, sentences, spec["precision"])
+    return report
+
+
+def error_against_fp32(bilm, sentences, precision: str) -> list:
+    """Per layer: max |reduced - fp32| and the lowest and mean cosine of a token's two vectors."""
+    import numpy as np
+
+    from spacy_elmo import embed_sentences
+
+    bilm.precision = "fp32"
+    exact = np.concatenate(embed_sentences(bilm, sentences), axis=1)
+    bilm.precision = precision
+    reduced = np.concatenate(embed_sentences(bilm, sentences), axis=1)
+    cosine = (exact * reduced).sum(-1) / (np.linalg.norm(exact, axis=-1) * np.linalg.norm(reduced, axis=-1))
+    return [{"max_abs": float(np.abs(exact[j] - reduced[j]).max()), "max_abs_fp32": float(np.abs(exact[j]).max()),
+             "min_cosine": float(cosine[j].min()), "mean_cosine": float(cosine[j].mean())} for j in range(exact.shape[0])]
 
 
 def run_ours(spec: dict) -> dict:
@@ -164,14 +182,15 @@ def run_all(peer: Path, threads: int) -> dict:
         sentences_file = OUT / f"peer-{workload.split()[0].replace(',', '')}.json"
         sentences_file.write_text(json.dumps(workload_sentences(workload)))
         repeats = REPEATS.get(workload, 5)
-        for cache in (False, True):
-            spec = {"weights": str(weights), "sentences": str(sentences_file), "cache": cache, "threads": threads, "repeats": repeats}
-            mine = run_ours(spec)
-            theirs = run_peer(peer, sentences_file, "cached" if cache else "plain", repeats, threads)
-            row = {"workload": workload, "cache": "warm" if cache else "off", "ours": mine, "peer": theirs,
-                   "ratio": mine["words_per_s"] / theirs["words_per_s"]}
+        peers = {cache: run_peer(peer, sentences_file, "cached" if cache else "plain", repeats, threads) for cache in (False, True)}
+        for precision, cache in (("fp32", False), ("fp32", True), ("bf16", False)):
+            spec = {"weights": str(weights), "sentences": str(sentences_file), "cache": cache, "threads": threads,
+                    "repeats": repeats, "precision": precision}
+            mine, theirs = run_ours(spec), peers[cache]
+            row = {"workload": workload, "cache": "warm" if cache else "off", "precision": precision, "ours": mine,
+                   "peer": theirs, "ratio": mine["words_per_s"] / theirs["words_per_s"]}
             rows.append(row)
-            print(f"{workload:>16} cache {row['cache']:>4}: ours {mine['words_per_s']:8.1f} words/s, "
+            print(f"{workload:>16} {precision} cache {row['cache']:>4}: ours {mine['words_per_s']:8.1f} words/s, "
                   f"AllenNLP {theirs['words_per_s']:8.1f} -> {row['ratio']:.2f}x", flush=True)
     return {"machine": machine(threads), "date": time.strftime("%Y-%m-%d"), "roof": gemm_roof(threads), "rows": rows}
 
@@ -191,16 +210,16 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['workload']}\ncache {r['cache']}" for r in report["rows"]]
+    labels = [f"{r['workload']}\n{r['precision']}, cache {r['cache']}" for r in report["rows"]]
     ratios = [r["ratio"] for r in report["rows"]]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(12, 4.5))
     bars = ax.bar(labels, ratios, color=["#1f77b4" if r >= 1 else "#d62728" for r in ratios])
     ax.axhline(1.0, color="#444444", linewidth=1)
     for bar, ratio in zip(bars, ratios):
         ax.text(bar.get_x() + bar.get_width() / 2, ratio, f"{ratio:.2f}x", ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("words/s of ours / words/s of AllenNLP")
     ax.set_title(f"elmo component vs AllenNLP Elmo, same weights and run\n{report['machine']}", fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.tick_params(axis="x", labelsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -215,13 +234,16 @@ def update_markdown(report: dict) -> None:
         "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
         "sentences) after a warm-up, each configuration in its own process. Command: "
-        "`python bench/bench_bilm.py --peer PEER_DIR`.", "",
-        "| workload | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP peak RSS (MB) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "`python bench/bench_bilm.py --peer PEER_DIR`. bf16 rows (`precision = \"bf16\"`, opt-in) are compared "
+        "with the peer's fp32 and carry their error against our fp32 on the same sentences, per layer: max abs "
+        "difference (and the largest fp32 value) / lowest cosine of a token's two vectors.", "",
+        "| workload | precision | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP peak RSS (MB) | error vs fp32 (layers 0 / 1 / 2) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["rows"]:
-        lines.append(f"| {r['workload']} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | {r['peer']['words_per_s']:,.1f} | "
-                     f"**{r['ratio']:.2f}x** | {r['ours']['peak_rss_mb']:,.0f} | {r['peer']['peak_rss_mb']:,.0f} |")
+        error = " / ".join(f"{e['max_abs']:.1e} (of {e['max_abs_fp32']:.2f}), cos {e['min_cosine']:.5f}" for e in r["ours"].get("error", []))
+        lines.append(f"| {r['workload']} | {r['precision']} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | {r['peer']['words_per_s']:,.1f} | "
+                     f"**{r['ratio']:.2f}x** | {r['ours']['peak_rss_mb']:,.0f} | {r['peer']['peak_rss_mb']:,.0f} | {error or '-'} |")
     lines += [
         "", f"fp32 roof: a 4096x4096 by 4096x512 matmul runs at {roof['gemm_gflops']:.0f} GFLOP/s here; one word through "
         f"the biLM is {roof['flop_per_word'] / 1e6:.0f} MFLOP (LSTM input, recurrent and projection matmuls of 2 layers x 2 "

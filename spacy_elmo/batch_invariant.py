@@ -16,6 +16,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .precision import check_precision, matmul
+
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
 _SINGLE_THREAD_ELEMENTS = 32768
@@ -23,12 +25,13 @@ _SINGLE_THREAD_ELEMENTS = 32768
 
 @dataclass
 class Blocking:
-    """The fixed shapes that batch-invariant inference uses.
+    """How batch-invariant inference runs: its fixed shapes, and the precision of its matmuls.
 
     gemm_rows: rows per block of position-wise matmuls (char CNN windows, LSTM input projection).
     token_block: tokens per char-encoder block.
     step_columns: sentences per recurrent chunk of the step loop (G).
     fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
+    precision: "fp32" (exact) or "bf16" (see ``precision``).
     """
 
     gemm_rows: int = 256
@@ -36,8 +39,10 @@ class Blocking:
     step_columns: int = 16
     fused_rows: int = 32
     fused_steps: int = 8
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
         for name in ("gemm_rows", "token_block", "step_columns", "fused_rows", "fused_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -55,8 +60,8 @@ class Blocking:
         return cls()
 
 
-def matmul_rows(x: Tensor, weight_t: Tensor, rows: int) -> Tensor:
-    """``x @ weight_t`` computed on zero-padded blocks of exactly ``rows`` rows.
+def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32") -> Tensor:
+    """``x @ weight_t`` computed on zero-padded blocks of exactly ``rows`` rows, in ``precision``.
 
     Args:
         x: (M, K). weight_t: (K, N), any strides.
@@ -69,13 +74,13 @@ def matmul_rows(x: Tensor, weight_t: Tensor, rows: int) -> Tensor:
         x = torch.cat([x, x.new_zeros(padded - n_rows, x.shape[1])])
     out = x.new_empty(padded, weight_t.shape[1])
     for start in range(0, padded, rows):
-        torch.mm(x[start : start + rows], weight_t, out=out[start : start + rows])
+        matmul(x[start : start + rows], weight_t, precision, out=out[start : start + rows])
     return out[:n_rows]
 
 
-def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int) -> Tensor:
+def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32") -> Tensor:
     """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N)."""
-    out = matmul_rows(x, weight.t(), rows)
+    out = matmul_rows(x, weight.t(), rows, precision)
     if bias is not None:
         out += bias
     return out

@@ -12,6 +12,7 @@ whatever its batch companions; with gradients enabled, the usual autograd-friend
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -23,6 +24,7 @@ from . import recurrence
 from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_rows
 from .chars import CHAR_PAD, CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
+from .precision import check_precision
 from .recurrence import LanePlan, LstmState, PackedOrder
 from .token_cache import TokenCache
 
@@ -39,9 +41,9 @@ class Highway(nn.Module):
         gate = torch.sigmoid(self.gate(x))
         return gate * torch.relu(self.transform(x)) + (1 - gate) * x
 
-    def forward_invariant(self, x: Tensor, rows: int) -> Tensor:
-        gate = elementwise_(Tensor.sigmoid_, linear_rows(x, self.gate.weight, self.gate.bias, rows))
-        transform = linear_rows(x, self.transform.weight, self.transform.bias, rows).relu_()
+    def forward_invariant(self, x: Tensor, rows: int, precision: str = "fp32") -> Tensor:
+        gate = elementwise_(Tensor.sigmoid_, linear_rows(x, self.gate.weight, self.gate.bias, rows, precision))
+        transform = linear_rows(x, self.transform.weight, self.transform.bias, rows, precision).relu_()
         return gate * transform + (1 - gate) * x
 
 
@@ -95,17 +97,20 @@ class CharEncoder(nn.Module):
         block = blocking.token_block
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
-        pad_windows = self._pad_windows(blocking.gemm_rows)
+        pad_windows = self._pad_windows(blocking.gemm_rows, blocking.precision)
         for start in range(0, n_tokens, block):
             ids = char_ids[start : start + block]
             words = word_ids[start : start + block] if word_ids is not None else None
             if ids.shape[0] < block:
                 ids = torch.cat([ids, ids.new_full((block - ids.shape[0], ids.shape[1]), self.pad_id)])
                 words = torch.cat([words, words.new_zeros(block - words.shape[0])]) if words is not None else None
-            out[start : start + block] = self._encode_block(ids, words, pad_windows, blocking.gemm_rows)[: n_tokens - start]
+            encoded = self._encode_block(ids, words, pad_windows, blocking.gemm_rows, blocking.precision)
+            out[start : start + block] = encoded[: n_tokens - start]
         return out
 
-    def _encode_block(self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], rows: int) -> Tensor:
+    def _encode_block(
+        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], rows: int, precision: str
+    ) -> Tensor:
         """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
         projection GEMMs take the whole block (a fixed shape already); the convolution windows go
         in ``rows`` chunks."""
@@ -118,7 +123,7 @@ class CharEncoder(nn.Module):
             windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
             n_windows = windows.shape[1]
             flat = windows.reshape(n_tokens * n_windows, -1)
-            scores = matmul_rows(flat, conv.weight.reshape(conv.out_channels, -1).t(), rows)
+            scores = matmul_rows(flat, conv.weight.reshape(conv.out_channels, -1).t(), rows, precision)
             best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
             if trimmed:
                 best = torch.maximum(best, pad_windows[index])
@@ -126,10 +131,10 @@ class CharEncoder(nn.Module):
             features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
         x = torch.cat(features, dim=1)
         for highway in self.highways:
-            x = highway.forward_invariant(x, n_tokens)
+            x = highway.forward_invariant(x, n_tokens, precision)
         if word_ids is not None:
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens)
+        return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens, precision)
 
     def _check_word_ids(self, word_ids: Optional[Tensor]) -> None:
         if self.word_embedding is None and word_ids is not None:
@@ -150,7 +155,7 @@ class CharEncoder(nn.Module):
         keep = min(n_chars, max(longest + widest - 1, widest))
         return char_ids[:, :keep], keep < n_chars
 
-    def _pad_windows(self, rows: Optional[int] = None) -> List[Tensor]:
+    def _pad_windows(self, rows: Optional[int] = None, precision: str = "fp32") -> List[Tensor]:
         """Each convolution's scores (without bias) on a window of padding characters only;
         with ``rows``, computed by the same fixed-shape kernel as the real windows."""
         pad = self.embedding.weight[self.pad_id]  # (E,)
@@ -162,7 +167,7 @@ class CharEncoder(nn.Module):
             if rows is None:
                 values.append((window @ weight.t())[0])
             else:
-                values.append(matmul_rows(window, weight.t(), rows)[0])
+                values.append(matmul_rows(window, weight.t(), rows, precision)[0])
         return values
 
 
@@ -233,6 +238,7 @@ class BiLM(nn.Module):
         lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
             step loop), "step" or "fused" (unclipped models only).
         blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
+        precision: "fp32" (default, exact) or "bf16" for inference matmuls (see ``precision``).
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
@@ -253,13 +259,25 @@ class BiLM(nn.Module):
         self.blocking: Optional[Blocking] = None
         self.token_cache = TokenCache()
         self.carried_state: Optional[LstmState] = None
+        self._precision = "fp32"
 
     @property
     def device(self) -> torch.device:
         return self.char_encoder.projection.weight.device
 
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str) -> None:
+        if value != self._precision:
+            self._precision = check_precision(value)
+            self.token_cache.clear()  # its rows were computed in the other precision
+
     def blocking_for_run(self) -> Blocking:
-        return self.blocking or Blocking.for_device(self.device)
+        blocking = self.blocking or Blocking.for_device(self.device)
+        return dataclasses.replace(blocking, precision=self._precision)
 
     def encode_tokens(self, tokens: Sequence[str]) -> Tuple[Tensor, Optional[Tensor]]:
         """N token strings -> (char ids (N, C), word ids (N,) or None), long, on the bilm's device."""
@@ -331,8 +349,12 @@ class BiLM(nn.Module):
         if path not in ("auto", "step", "fused"):
             raise ValueError(f"The LSTM path must be 'auto', 'step' or 'fused', got {path!r}.")
         clipped = self.config.is_clipped
-        if path == "fused" and (clipped or stateful):
-            reason = "the model clips its cells or projections" if clipped else "stateful runs need the step loop"
+        reduced = self._precision != "fp32"
+        if path == "fused" and (clipped or stateful or reduced):
+            reason = (
+                "the model clips its cells or projections" if clipped
+                else "stateful runs need the step loop" if stateful else f"{self._precision} runs the step loop"
+            )
             raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
         if torch.is_grad_enabled():
             if stateful:
@@ -340,7 +362,7 @@ class BiLM(nn.Module):
             order = PackedOrder.build(lengths, device)
             return lambda layer, x, direction, start: (recurrence.run_differentiable(layer, x, order, direction), None)
         blocking = self.blocking_for_run()
-        if path == "fused" or (path == "auto" and not clipped and not stateful and device.type == "cuda"):
+        if path == "fused" or (path == "auto" and not (clipped or stateful or reduced) and device.type == "cuda"):
             plan = LanePlan.build(lengths, blocking.fused_rows, blocking.fused_steps, device)
             runner = recurrence.run_fused_blocks
         else:

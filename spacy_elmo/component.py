@@ -30,6 +30,7 @@ from .attributes import check_mix_settings, install_vector_hooks, mix_layers, mi
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
 from .model_cache import resolve_weights
+from .precision import check_precision
 from .weights import load_bilm
 
 DEFAULT_MODEL = Config().from_str(
@@ -57,6 +58,7 @@ Segment = Tuple[int, np.ndarray]
         "max_sentence_length": 256,
         "max_batch_tokens": 4096,
         "sentence_cache_tokens": 0,
+        "precision": "fp32",
     },
     assigns=["doc._.elmo_data", "doc._.elmo_mix", "doc.tensor"],
 )
@@ -73,11 +75,12 @@ def make_elmo(
     max_sentence_length: int,
     max_batch_tokens: int,
     sentence_cache_tokens: int,
+    precision: str,
 ) -> "Elmo":
     return Elmo(
         nlp.vocab, model, name, weights=weights, layer_weights=layer_weights, gamma=gamma, layer_norm=layer_norm, pooling=pooling,
         set_vector_hooks=set_vector_hooks, max_sentence_length=max_sentence_length, max_batch_tokens=max_batch_tokens,
-        sentence_cache_tokens=sentence_cache_tokens,
+        sentence_cache_tokens=sentence_cache_tokens, precision=precision,
     )
 
 
@@ -100,6 +103,7 @@ class Elmo(TrainablePipe):
         max_sentence_length: int = 256,
         max_batch_tokens: int = 4096,
         sentence_cache_tokens: int = 0,
+        precision: str = "fp32",
     ) -> None:
         for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
             if not isinstance(value, int) or value < 1:
@@ -107,6 +111,7 @@ class Elmo(TrainablePipe):
         if not isinstance(sentence_cache_tokens, int) or sentence_cache_tokens < 0:
             raise ValueError(f"elmo: sentence_cache_tokens must be an integer >= 0, got {sentence_cache_tokens!r}.")
         check_mix_settings(layer_weights, gamma, pooling)
+        check_precision(precision)
         register_extensions()
         self.vocab = vocab
         self.model = model
@@ -121,6 +126,7 @@ class Elmo(TrainablePipe):
             "max_sentence_length": max_sentence_length,
             "max_batch_tokens": max_batch_tokens,
             "sentence_cache_tokens": sentence_cache_tokens,
+            "precision": precision,
         }
         self._warned_update = False
         self._sentences = SentenceCache(sentence_cache_tokens)
@@ -164,6 +170,7 @@ class Elmo(TrainablePipe):
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
         docs = list(docs)
         self._require_weights()
+        self.bilm.precision = self.cfg["precision"]
         bilm_config = self.bilm.config
         outputs = [np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs]
         segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]

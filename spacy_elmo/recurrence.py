@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from .batch_invariant import Blocking, elementwise_, matmul_rows
+from .precision import matmul
 
 LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 
@@ -169,7 +170,7 @@ def run_step_loop(
     (h (B, P), c (B, H)), the state after each sentence's last token."""
     cells, proj, width = layer.cells, layer.projection_dim, plan.width
     x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])  # row N feeds idle lanes
-    inputs = matmul_rows(x_ext, layer.weight_ih.t(), blocking.gemm_rows)
+    inputs = matmul_rows(x_ext, layer.weight_ih.t(), blocking.gemm_rows, blocking.precision)
     inputs += layer.bias  # (N + 1, 4H)
     table = plan.tables[direction]
     h = x.new_zeros(len(plan.busy_steps), proj, width)
@@ -187,10 +188,10 @@ def run_step_loop(
             if step >= busy:
                 continue
             tokens = table[step, chunk * width : (chunk + 1) * width]
-            torch.mm(layer.weight_hh, h[chunk], out=gates)
+            matmul(layer.weight_hh, h[chunk], blocking.precision, out=gates)
             gates += inputs[tokens].t()
             _cell_update(gates, c[chunk], hidden, layer.cell_clip)
-            torch.mm(layer.weight_hr, hidden, out=h[chunk])
+            matmul(layer.weight_hr, hidden, blocking.precision, out=h[chunk])
             if layer.proj_clip is not None:
                 h[chunk].clamp_(-layer.proj_clip, layer.proj_clip)
             out[tokens] = h[chunk].t()

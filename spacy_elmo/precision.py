@@ -1,0 +1,58 @@
+"""Opt-in reduced precision for inference matmuls: trade exactness for speed.
+
+``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (AMX or
+AVX512_BF16 through oneDNN on recent x86 CPUs, tensor cores on GPUs), accumulating in fp32, and
+returns fp32; elementwise work (gates, cell state, clipping) stays fp32. Results still do not
+depend on batch companions: the same fixed shapes run in either precision.
+
+The bfloat16 copy of a weight is made once and kept beside the weight (dropped with it, and
+remade when the weight changes in place).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+PRECISIONS = ("fp32", "bf16")
+
+# id(weight) -> {view key: bfloat16 copy}; an entry goes when its weight is garbage collected.
+_COPIES: Dict[int, Dict[Tuple, Tensor]] = {}
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"precision must be one of {PRECISIONS}, got {precision!r}: 'fp32' is exact, 'bf16' is "
+            "faster on CPUs with AMX/AVX512_BF16 and on GPUs, within about 1e-2 of fp32."
+        )
+    return precision
+
+
+def matmul(a: Tensor, b: Tensor, precision: str = "fp32", out: Optional[Tensor] = None) -> Tensor:
+    """``a @ b`` in ``precision``; the operand that is a parameter (or a view of one) is
+    converted once and cached. Returns fp32 (into ``out`` when given)."""
+    if precision == "fp32":
+        return torch.mm(a, b, out=out)
+    product = torch.mm(_bf16(a), _bf16(b)).float()
+    if out is None:
+        return product
+    return out.copy_(product)
+
+
+def _bf16(tensor: Tensor) -> Tensor:
+    base = tensor._base if tensor._base is not None else tensor
+    if not base.requires_grad and not isinstance(base, torch.nn.Parameter):
+        return tensor.to(torch.bfloat16)  # an activation: converted every time
+    key = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), base._version, tensor.device)
+    copies = _COPIES.get(id(base))
+    if copies is None:
+        copies = _COPIES[id(base)] = {}
+        weakref.finalize(base, _COPIES.pop, id(base), None)
+    if key not in copies:
+        for stale in [k for k in copies if k[3] != base._version]:
+            del copies[stale]  # the weight changed in place since
+        copies[key] = tensor.to(torch.bfloat16)
+    return copies[key]
