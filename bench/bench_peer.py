@@ -250,7 +250,12 @@ def update_markdown(report: dict) -> None:
         f"directions, and the char CNN's convolutions over 50 windows, 2 highways and projection), so the roof is "
         f"{roof['roof_words_per_s']:,.0f} words/s.", "", "![against the peer](bench/results/peer-cpu.png)", "",
     ]
-    start, end = "<!-- bench_peer:cpu start -->", "<!-- bench_peer:cpu end -->"
+    write_section("bench_peer:cpu", lines)
+
+
+def write_section(key: str, lines: list) -> None:
+    """Replace (or append) the BENCHMARKS.md section between the ``<!-- key start/end -->`` marks."""
+    start, end = f"<!-- {key} start -->", f"<!-- {key} end -->"
     path = ROOT / "BENCHMARKS.md"
     text = path.read_text(encoding="utf-8")
     block = f"{start}\n" + "\n".join(lines) + end

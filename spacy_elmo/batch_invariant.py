@@ -3,7 +3,9 @@
 BLAS picks its GEMM kernel (and so the order of the floating-point sums) from the matrix shapes,
 and ATen's elementwise loops send a tensor's tail through scalar code whose ``exp`` rounds
 differently from the SIMD lanes. Both would make a sentence's vectors depend on its batch
-companions. Here every GEMM runs on blocks of a fixed shape (zero-padded), and transcendental
+companions. BLAS also splits long sums (K = 2048 here) across threads, so a result would depend on
+the thread count. Here every GEMM runs on blocks of a fixed shape (zero-padded), long sums are cut
+into fixed K blocks added in a fixed order, and transcendental
 elementwise functions run on single-threaded slices, so each element takes one code path wherever
 it sits. Plain IEEE operations (add, mul, max, clamp) round identically on every path and need no
 care.
@@ -18,6 +20,8 @@ from torch import Tensor
 
 from .precision import check_precision, matmul
 
+# The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
+K_BLOCK = 512
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
 _SINGLE_THREAD_ELEMENTS = 32768
@@ -74,8 +78,18 @@ def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32")
         x = torch.cat([x, x.new_zeros(padded - n_rows, x.shape[1])])
     out = x.new_empty(padded, weight_t.shape[1])
     for start in range(0, padded, rows):
-        matmul(x[start : start + rows], weight_t, precision, out=out[start : start + rows])
+        matmul_k_blocks(x[start : start + rows], weight_t, precision, out[start : start + rows])
     return out[:n_rows]
+
+
+def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor:
+    """out = a @ b, a (M, K), b (K, N), with the sum over K in blocks of K_BLOCK added in order,
+    so that no BLAS call splits a sum across threads."""
+    depth = a.shape[1]
+    matmul(a[:, :K_BLOCK], b[:K_BLOCK], precision, out=out)
+    for start in range(K_BLOCK, depth, K_BLOCK):
+        out += matmul(a[:, start : start + K_BLOCK], b[start : start + K_BLOCK], precision)
+    return out
 
 
 def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32") -> Tensor:

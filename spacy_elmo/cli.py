@@ -120,20 +120,19 @@ def embed(
     tokenized: bool = typer.Option(False, "--tokenized", help="Lines are already tokenized: split on whitespace."),
     batch_size: int = typer.Option(64, "--batch-size", help="Lines per batch (nlp.pipe)."),
     precision: str = typer.Option(None, "--precision", help="fp32 (exact) or bf16 (about 2x faster on CPUs with AMX/AVX512_BF16; see README). Default: the pipeline's setting."),
+    processes: int = typer.Option(1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."),
+    shard_lines: int = typer.Option(10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."),
 ) -> None:
-    """Embed every line of a text file with an ELMo pipeline into HDF5."""
-    import spacy
+    """Embed every line of a text file with an ELMo pipeline into HDF5.
 
-    from .component import Elmo
-    from .export import embed_file
+    Shards are written to OUTPUT.shards/ as they finish; after a kill, the same command computes only
+    the missing ones. The merged file equals a single-process run."""
+    from .corpus_embed import EmbedSettings, embed_corpus
     from .precision import check_precision
 
     try:
-        nlp = spacy.load(pipeline)
-        for _, pipe in nlp.pipeline:
-            if isinstance(pipe, Elmo) and precision is not None:
-                pipe.cfg["precision"] = check_precision(precision)
-        count = embed_file(nlp, input_file, output_file, layers=layers, tokenized=tokenized, batch_size=batch_size)
+        settings = EmbedSettings(pipeline, layers, tokenized, batch_size, precision and check_precision(precision), shard_lines)
+        count = embed_corpus(input_file, output_file, settings, processes=processes)
     except (OSError, ValueError) as err:
         msg.fail("Embedding failed", str(err), exits=1)
     msg.good(f"Wrote {count} lines to {output_file}")

@@ -1,58 +1,37 @@
-"""Embed a text file into HDF5, in the layout of the original ``allennlp elmo`` command: one dataset
-per input line (named by its line number, from "0") and a ``sentence_to_index`` dataset holding a
-JSON object from line text to dataset name."""
+"""Embeddings in HDF5, in the layout of the original ``allennlp elmo`` command: one dataset per input
+line (named by its line number, from "0") and a ``sentence_to_index`` dataset holding a JSON object
+from line text to dataset name. ``corpus_embed`` runs this over a whole file in shards."""
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
-from typing import Iterator, List
+from typing import Callable, Iterator, List
 
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
-from tqdm import tqdm
 
 LAYER_CHOICES = ("all", "top", "average")
 
 
-def embed_file(nlp: Language, source: Path, target: Path, layers: str = "all", tokenized: bool = False, batch_size: int = 64) -> int:
-    """Embed every line of ``source`` (UTF-8) into ``target`` (HDF5; written atomically).
+def write_embeddings(nlp: Language, lines: List[str], path: Path, first_index: int = 0, layers: str = "all",
+                     tokenized: bool = False, batch_size: int = 64, on_line: Callable[[], None] = lambda: None) -> None:
+    """Embed ``lines`` into a new HDF5 file at ``path``: dataset ``str(first_index + i)`` per line.
 
     layers: "all" stores (L+1, T, 2P) per line, "top" the last layer (T, 2P), "average" the mean
     of all layers (T, 2P). tokenized: lines are already tokenized, split on whitespace; otherwise
-    the pipeline's tokenizer runs. Returns the number of lines.
+    the pipeline's tokenizer runs. ``on_line`` is called after each line (progress).
     """
     import h5py
 
     if layers not in LAYER_CHOICES:
         raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}.")
-    if not _has_elmo(nlp):
-        raise ValueError(f"The pipeline has no 'elmo' component (it has {nlp.pipe_names}).")
-    lines = _read_lines(source)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    try:
-        with h5py.File(temporary, "w") as output:
-            docs = nlp.pipe(_docs(nlp, lines, tokenized), batch_size=batch_size)
-            for index, doc in enumerate(tqdm(docs, total=len(lines), unit="line", desc="Embedding")):
-                output.create_dataset(str(index), data=_select(doc._.elmo_data, layers))
-            index_map = {line: str(i) for i, line in enumerate(lines)}
-            output.create_dataset("sentence_to_index", data=json.dumps(index_map))
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return len(lines)
+    with h5py.File(path, "w") as output:
+        for index, doc in enumerate(nlp.pipe(_docs(nlp, lines, tokenized), batch_size=batch_size)):
+            output.create_dataset(str(first_index + index), data=_select(doc._.elmo_data, layers))
+            on_line()
 
 
-def _has_elmo(nlp: Language) -> bool:
-    return any(nlp.get_pipe_meta(name).factory == "elmo" for name in nlp.pipe_names)
-
-
-def _read_lines(source: Path) -> List[str]:
+def read_lines(source: Path) -> List[str]:
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -73,3 +52,10 @@ def _select(data: np.ndarray, layers: str) -> np.ndarray:
     if layers == "average":
         return data.mean(axis=0)
     return data
+
+
+def write_sentence_index(output, lines: List[str]) -> None:
+    """The ``sentence_to_index`` dataset: line text -> dataset name (a repeated line: its last)."""
+    import json
+
+    output.create_dataset("sentence_to_index", data=json.dumps({line: str(i) for i, line in enumerate(lines)}))

@@ -26,8 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .batch_invariant import Blocking, elementwise_, matmul_rows
-from .precision import matmul
+from .batch_invariant import Blocking, elementwise_, matmul_k_blocks, matmul_rows
 
 LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 
@@ -188,10 +187,10 @@ def run_step_loop(
             if step >= busy:
                 continue
             tokens = table[step, chunk * width : (chunk + 1) * width]
-            matmul(layer.weight_hh, h[chunk], blocking.precision, out=gates)
+            matmul_k_blocks(layer.weight_hh, h[chunk], blocking.precision, gates)
             gates += inputs[tokens].t()
             _cell_update(gates, c[chunk], hidden, layer.cell_clip)
-            matmul(layer.weight_hr, hidden, blocking.precision, out=h[chunk])
+            matmul_k_blocks(layer.weight_hr, hidden, blocking.precision, h[chunk])
             if layer.proj_clip is not None:
                 h[chunk].clamp_(-layer.proj_clip, layer.proj_clip)
             out[tokens] = h[chunk].t()

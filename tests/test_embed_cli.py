@@ -65,3 +65,69 @@ def test_embed_reports_problems(tmp_path, pipeline):
     no_elmo = run_embed(tmp_path / "ok.txt", tmp_path / "out.hdf5", "-p", tmp_path / "blank")
     assert no_elmo.returncode == 1 and "has no 'elmo' component" in no_elmo.stdout
     assert not (tmp_path / "out.hdf5").exists()
+
+
+def read_all(path):
+    with h5py.File(path, "r") as handle:
+        return {name: handle[name][()] for name in handle}
+
+
+def assert_same_file(a, b):
+    left, right = read_all(a), read_all(b)
+    assert left.keys() == right.keys()
+    for name in left:
+        np.testing.assert_array_equal(left[name], right[name])
+
+
+CORPUS = [f"Line {i} of the corpus , with {'many ' * (i % 7)}words ." for i in range(23)] + ["", "Line 3 of the corpus , with words ."]
+
+
+@pytest.mark.slow
+def test_two_processes_in_shards_equal_one_process(tmp_path, pipeline):
+    (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
+    single = run_embed(tmp_path / "corpus.txt", tmp_path / "single.hdf5", "-p", pipeline)
+    sharded = run_embed(tmp_path / "corpus.txt", tmp_path / "sharded.hdf5", "-p", pipeline, "--processes", 2, "--shard-lines", 4)
+    assert single.returncode == 0 and sharded.returncode == 0, sharded.stdout
+    assert_same_file(tmp_path / "single.hdf5", tmp_path / "sharded.hdf5")
+    assert len(read_all(tmp_path / "sharded.hdf5")) == len(CORPUS) + 1
+    assert not (tmp_path / "sharded.hdf5.shards").exists()
+
+
+def test_a_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pipeline, monkeypatch):
+    from spacy_elmo import corpus_embed
+    from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
+
+    (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
+    settings = EmbedSettings(str(pipeline), shard_lines=5)
+    embed_corpus(tmp_path / "corpus.txt", tmp_path / "reference.hdf5", settings, progress=False)
+    computed = []
+    real_write = corpus_embed.write_embeddings
+
+    def write_then_die(nlp, lines, path, first, *args):
+        if len(computed) == 2:
+            raise KeyboardInterrupt  # the kill, in the middle of the third shard
+        computed.append(first)
+        real_write(nlp, lines, path, first, *args)
+
+    monkeypatch.setattr(corpus_embed, "write_embeddings", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", settings, progress=False)
+    shards = tmp_path / "out.hdf5.shards"
+    assert sorted(p.name for p in shards.glob("shard-*")) == ["shard-00000.hdf5", "shard-00001.hdf5"]
+    assert not (tmp_path / "out.hdf5").exists()
+    computed.clear()
+    monkeypatch.setattr(corpus_embed, "write_embeddings", lambda *a: (computed.append(a[3]), real_write(*a))[1])
+    embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", settings, progress=False)
+    assert computed == [10, 15, 20]  # only the missing shards, by their first line
+    assert_same_file(tmp_path / "reference.hdf5", tmp_path / "out.hdf5")
+
+
+def test_shards_of_another_run_are_not_mixed_in(tmp_path, pipeline):
+    from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
+
+    (tmp_path / "corpus.txt").write_text("one\ntwo\nthree\n")
+    (tmp_path / "out.hdf5.shards").mkdir()
+    (tmp_path / "out.hdf5.shards" / "manifest.json").write_text(json.dumps({"input": "other.txt", "lines": 99}))
+    with pytest.raises(ValueError, match="holds the shards of another run .*remove the folder"):
+        embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", EmbedSettings(str(pipeline)), progress=False)
+    assert not (tmp_path / "out.hdf5").exists()

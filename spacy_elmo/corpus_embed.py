@@ -1,0 +1,182 @@
+"""A corpus at scale: embed a text file in shards, in several processes, resumable after a kill.
+
+    python -m spacy_elmo embed corpus.txt vectors.hdf5 -p PIPELINE --processes 2 --shard-lines 5000
+
+Lines are cut into shards of ``shard_lines`` consecutive lines. Each shard is embedded by one
+worker (a process that loads the pipeline once and runs torch on its share of the cores) and
+written atomically to ``OUTPUT.shards/shard-00000.hdf5``: a shard file that exists is finished, so
+after a kill the same command computes only the missing ones. ``OUTPUT.shards/manifest.json``
+records what the shards are made from (the input's size and sha256, the pipeline, the settings);
+another run into the same folder is refused. When every shard exists they are merged into OUTPUT
+(one dataset per line, named by its line number from "0", and ``sentence_to_index``, as the
+original ``allennlp elmo`` command wrote), atomically, and the shards folder is removed. A
+sentence's vectors do not depend on its batch, so the result equals a single-process run bitwise.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from tqdm import tqdm
+
+from .download import sha256_of
+from .export import LAYER_CHOICES, read_lines, write_embeddings, write_sentence_index
+from .io import atomic_write, atomic_write_json
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """What a run's shards depend on; recorded in the manifest."""
+
+    pipeline: str
+    layers: str = "all"
+    tokenized: bool = False
+    batch_size: int = 64
+    precision: Optional[str] = None
+    shard_lines: int = 10000
+
+
+def embed_corpus(source: Path, target: Path, settings: EmbedSettings, processes: int = 1, progress: bool = True) -> int:
+    """Embed every line of ``source`` into ``target`` (HDF5) with ``processes`` workers. Returns
+    the number of lines."""
+    _check(settings, processes)
+    lines = read_lines(source)
+    shards_dir = target.with_name(target.name + ".shards")
+    fresh = not shards_dir.exists()
+    _prepare(shards_dir, _manifest(source, len(lines), settings))
+    try:
+        _embed_missing_shards(lines, shards_dir, settings, processes, progress)
+    except BaseException:
+        if fresh and not list(shards_dir.glob("shard-*.hdf5")):
+            shutil.rmtree(shards_dir, ignore_errors=True)  # nothing done: leave nothing behind
+        raise
+    _merge(lines, shards_dir, target, settings.shard_lines)
+    shutil.rmtree(shards_dir)
+    return len(lines)
+
+
+def _embed_missing_shards(lines: List[str], shards_dir: Path, settings: EmbedSettings, processes: int, progress: bool) -> None:
+    todo = [k for k in range(_shard_count(len(lines), settings.shard_lines)) if not _shard_path(shards_dir, k).is_file()]
+    done_lines = len(lines) - sum(len(_shard_lines(lines, k, settings.shard_lines)) for k in todo)
+    with tqdm(total=len(lines), initial=done_lines, unit="line", desc="Embedding", disable=not progress) as bar:
+        if processes == 1:
+            _run_here(lines, todo, shards_dir, settings, bar)
+        else:
+            _run_in_processes(lines, todo, shards_dir, settings, processes, bar)
+
+
+def _check(settings: EmbedSettings, processes: int) -> None:
+    if settings.layers not in LAYER_CHOICES:
+        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {settings.layers!r}.")
+    if processes < 1 or settings.shard_lines < 1 or settings.batch_size < 1:
+        raise ValueError(
+            f"processes, shard_lines and batch_size must be positive, got {processes}, "
+            f"{settings.shard_lines} and {settings.batch_size}."
+        )
+
+
+def _manifest(source: Path, n_lines: int, settings: EmbedSettings) -> dict:
+    return {"input": str(source), "bytes": source.stat().st_size, "sha256": sha256_of(source), "lines": n_lines, **asdict(settings)}
+
+
+def _prepare(shards_dir: Path, manifest: dict) -> None:
+    """Create the shards folder, or check that the one there belongs to this very run."""
+    path = shards_dir / MANIFEST
+    if path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        changed = sorted(key for key in set(manifest) | set(previous) if manifest.get(key) != previous.get(key))
+        if changed:
+            raise ValueError(
+                f"{shards_dir} holds the shards of another run (different {', '.join(changed)}): rerun with the "
+                "same input and settings to resume it, or remove the folder to start afresh."
+            )
+        return
+    shards_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, manifest)
+
+
+def _shard_count(n_lines: int, shard_lines: int) -> int:
+    return max(1, -(-n_lines // shard_lines))
+
+
+def _shard_lines(lines: List[str], shard: int, shard_lines: int) -> List[str]:
+    return lines[shard * shard_lines : (shard + 1) * shard_lines]
+
+
+def _shard_path(shards_dir: Path, shard: int) -> Path:
+    return shards_dir / f"shard-{shard:05d}.hdf5"
+
+
+def _write_shard(nlp, part: List[str], shard: int, shards_dir: Path, settings: EmbedSettings, on_line: Callable[[], None]) -> int:
+    """Shard ``shard``, given its own lines: datasets named by their line numbers in the file."""
+    first = shard * settings.shard_lines
+    atomic_write(_shard_path(shards_dir, shard), lambda path: write_embeddings(
+        nlp, part, path, first, settings.layers, settings.tokenized, settings.batch_size, on_line))
+    return len(part)
+
+
+def _run_here(lines: List[str], todo: List[int], shards_dir: Path, settings: EmbedSettings, bar: tqdm) -> None:
+    nlp = _load(settings)
+    for shard in todo:
+        _write_shard(nlp, _shard_lines(lines, shard, settings.shard_lines), shard, shards_dir, settings, lambda: bar.update(1))
+
+
+def _run_in_processes(lines, todo, shards_dir, settings: EmbedSettings, processes: int, bar: tqdm) -> None:
+    threads = max(1, (os.cpu_count() or 1) // processes)
+    context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_start_worker, initargs=(settings, threads)) as pool:
+        futures = [pool.submit(_worker_shard, _shard_lines(lines, k, settings.shard_lines), k, str(shards_dir)) for k in todo]
+        for future in as_completed(futures):
+            bar.update(future.result())
+
+
+_WORKER: dict = {}
+
+
+def _start_worker(settings: EmbedSettings, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    _WORKER.update(nlp=_load(settings), settings=settings)
+
+
+def _worker_shard(part: List[str], shard: int, shards_dir: str) -> int:
+    """In a worker: one shard, given its own lines (the others are not sent)."""
+    return _write_shard(_WORKER["nlp"], part, shard, Path(shards_dir), _WORKER["settings"], lambda: None)
+
+
+def _load(settings: EmbedSettings):
+    import spacy
+
+    from .component import Elmo
+
+    nlp = spacy.load(settings.pipeline)
+    elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
+    if not elmo:
+        raise ValueError(f"The pipeline has no 'elmo' component (it has {nlp.pipe_names}).")
+    if settings.precision is not None:
+        for pipe in elmo:
+            pipe.cfg["precision"] = settings.precision
+    return nlp
+
+
+def _merge(lines: List[str], shards_dir: Path, target: Path, shard_lines: int) -> None:
+    import h5py
+
+    def write(path: Path) -> None:
+        with h5py.File(path, "w") as output:
+            for shard in range(_shard_count(len(lines), shard_lines)):
+                with h5py.File(_shard_path(shards_dir, shard), "r") as part:
+                    for name in part:
+                        part.copy(part[name], output, name=name)
+            write_sentence_index(output, lines)
+
+    atomic_write(target, write)
