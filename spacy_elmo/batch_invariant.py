@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .precision import check_precision, matmul
+from .precision import check_precision, operand
 
 # The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
 K_BLOCK = 512
@@ -84,11 +84,16 @@ def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32")
 
 def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor:
     """out = a @ b, a (M, K), b (K, N), with the sum over K in blocks of K_BLOCK added in order,
-    so that no BLAS call splits a sum across threads."""
-    depth = a.shape[1]
-    matmul(a[:, :K_BLOCK], b[:K_BLOCK], precision, out=out)
-    for start in range(K_BLOCK, depth, K_BLOCK):
-        out += matmul(a[:, start : start + K_BLOCK], b[start : start + K_BLOCK], precision)
+    so that no BLAS call splits a sum across threads. Products accumulate in fp32."""
+    a, b = operand(a, precision), operand(b, precision)
+    for start in range(0, a.shape[1], K_BLOCK):
+        block = (a[:, start : start + K_BLOCK], b[start : start + K_BLOCK])
+        if start == 0 and a.dtype == out.dtype:
+            torch.mm(*block, out=out)
+        elif start == 0:
+            out.copy_(torch.mm(*block))
+        else:
+            out += torch.mm(*block)
     return out
 
 

@@ -11,7 +11,7 @@ remade when the weight changes in place).
 from __future__ import annotations
 
 import weakref
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 from torch import Tensor
@@ -31,15 +31,10 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def matmul(a: Tensor, b: Tensor, precision: str = "fp32", out: Optional[Tensor] = None) -> Tensor:
-    """``a @ b`` in ``precision``; the operand that is a parameter (or a view of one) is
-    converted once and cached. Returns fp32 (into ``out`` when given)."""
-    if precision == "fp32":
-        return torch.mm(a, b, out=out)
-    product = torch.mm(_bf16(a), _bf16(b)).float()
-    if out is None:
-        return product
-    return out.copy_(product)
+def operand(tensor: Tensor, precision: str = "fp32") -> Tensor:
+    """``tensor`` as a matmul operand in ``precision``: as it is for fp32; for bf16 a bfloat16 copy,
+    made once and cached when it is a parameter (or a view of one)."""
+    return tensor if precision == "fp32" else _bf16(tensor)
 
 
 def _bf16(tensor: Tensor) -> Tensor:

@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optiona
 
 import typer
 
-from .vocab import write_text_atomically
+from spacy_elmo.io import atomic_write_text
 
 WIKIPEDIA_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 BULGARIAN_WIKIPEDIA_SAMPLE = "bgwiki-latest-pages-articles-shortened.xml.bz2"
@@ -138,7 +138,7 @@ def builtin_sources(lang: str) -> List[Source]:
 
 def write_documents(path: Path, documents: Iterable[List[str]], max_docs: int = 0) -> int:
     chosen = [doc for i, doc in enumerate(documents) if not max_docs or i < max_docs]
-    write_text_atomically(path, "\n\n".join("\n".join(doc) for doc in chosen) + "\n")
+    atomic_write_text(path, "\n\n".join("\n".join(doc) for doc in chosen) + "\n")
     return len(chosen)
 
 

@@ -20,7 +20,9 @@ from torch import Tensor
 
 from spacy_elmo.weights import save_bilm
 
-from .vocab import Vocabulary, write_text_atomically
+from spacy_elmo.io import atomic_write_text
+
+from .vocab import Vocabulary
 
 LATEST = "latest"
 
@@ -41,8 +43,8 @@ def save_checkpoint(
         tensors, meta = _split_optimizer_state(optimizer_state)
         save_file(tensors, str(temporary / "optimizer.safetensors"))
         save_file({k: v.contiguous() for k, v in rng.items()}, str(temporary / "rng.safetensors"))
-        write_text_atomically(temporary / "optimizer.json", json.dumps(meta))
-        write_text_atomically(temporary / "trainer.json", json.dumps(trainer, indent=2))
+        atomic_write_text(temporary / "optimizer.json", json.dumps(meta))
+        atomic_write_text(temporary / "trainer.json", json.dumps(trainer, indent=2))
         _fsync_directory(temporary)
         if final.exists():
             shutil.rmtree(final)
@@ -51,7 +53,7 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    write_text_atomically(directory / LATEST, final.name + "\n")
+    atomic_write_text(directory / LATEST, final.name + "\n")
     _prune(directory, keep, final.name)
     return final
 

@@ -22,7 +22,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import typer
 from tqdm import tqdm
 
-from .vocab import write_text_atomically
+from spacy_elmo.io import atomic_write_text
 
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
@@ -129,7 +129,7 @@ class ShardWriter:
 
     def flush(self) -> None:
         if self.buffer:
-            write_text_atomically(self.directory / f"shard-{self.shards:05d}.jsonl", "\n".join(self.buffer) + "\n")
+            atomic_write_text(self.directory / f"shard-{self.shards:05d}.jsonl", "\n".join(self.buffer) + "\n")
             self.shards += 1
             self.buffer = []
 
@@ -160,7 +160,7 @@ def prepare_corpus(
             "sources": [str(f) for f in files], "shards": writer.shards, "sentences": writer.sentences,
             "tokens": writer.tokens, "invalid_lines_skipped": stats["invalid_lines"],
         }
-    write_text_atomically(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    atomic_write_text(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
@@ -181,7 +181,7 @@ def split_by_document(
     files = {}
     for split, indices in parts.items():
         path = Path(output) / "raw" / f"{split}.txt"
-        write_text_atomically(path, "\n\n".join("\n".join(docs[i]) for i in sorted(indices)) + "\n")
+        atomic_write_text(path, "\n\n".join("\n".join(docs[i]) for i in sorted(indices)) + "\n")
         files[split] = [path]
     return files
 

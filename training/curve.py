@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
+
+from spacy_elmo.io import atomic_write
 
 
 def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float] = None, title: str = "") -> Path:
@@ -33,12 +33,8 @@ def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    handle, temporary = tempfile.mkstemp(prefix=f".{png_path.name}.", suffix=".png", dir=Path(png_path).parent)
-    os.close(handle)
     try:
-        fig.savefig(temporary, dpi=110)
-        os.replace(temporary, png_path)
+        atomic_write(png_path, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
     finally:
         plt.close(fig)
-        Path(temporary).unlink(missing_ok=True)
     return Path(png_path)

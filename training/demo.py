@@ -28,7 +28,7 @@ import typer
 from spacy.tokens import Doc
 
 from .corpus import read_sentences
-from .vocab import write_text_atomically
+from spacy_elmo.io import atomic_write_text
 
 
 class DemoText(NamedTuple):
@@ -223,7 +223,7 @@ def main(
     report += word_and_sentence_report(nlp, mixed, static, labels, neighbours_k, words, reference)
     text = "\n".join(report) + "\n"
     if output:
-        write_text_atomically(output, text)
+        atomic_write_text(output, text)
     typer.echo(text)
 
 

@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import typer
 
-from .vocab import write_text_atomically
+from spacy_elmo.io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = Path("metrics/downstream")
@@ -79,7 +79,7 @@ def train(
         mixes = [learned_mix(_run_dir(runs, name, seed) / "model-best") for seed in range(seeds)]
         result["layer_weights"] = [float(w) for w in np.mean([weights for weights, _ in mixes], axis=0)]
         result["gamma"] = float(np.mean([gamma for _, gamma in mixes]))
-    write_text_atomically(METRICS / f"{name}.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(METRICS / f"{name}.json", json.dumps(result, indent=2) + "\n")
     typer.echo(f"{name}: {result['score']:.4f} (seeds: {', '.join(f'{s:.4f}' for s in test_scores)})")
 
 
@@ -197,7 +197,7 @@ def wic(elmo: Path = typer.Option(...), data: Path = typer.Option(...)) -> None:
         result[name] = {"threshold": threshold, "dev_accuracy": float(((np.array(dev_scores) >= threshold) == np.array(golds["dev"])).mean()),
                         "test_accuracy": float((test == np.array(golds["test"])).mean())}
     METRICS.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(METRICS / "wic.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(METRICS / "wic.json", json.dumps(result, indent=2) + "\n")
     for name, scores in result.items():
         typer.echo(f"WiC {name}: test accuracy {scores['test_accuracy']:.3f}")
 
@@ -228,7 +228,7 @@ def similarity(elmo: Path = typer.Option(...), data: Path = typer.Option(...)) -
             **{kind: float(spearmanr([_cosine(vectors[a][kind], vectors[b][kind]) for a, b, _ in pairs], gold).correlation) for kind in vectors[words[0]]},
         }
     METRICS.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(METRICS / "similarity.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(METRICS / "similarity.json", json.dumps(result, indent=2) + "\n")
     typer.echo(json.dumps(result, indent=2))
 
 
@@ -303,9 +303,9 @@ def report(bilm: Optional[Path] = typer.Option(None, help="The biLM's run direct
         info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
         info["description"] = f"{info.get('description', '')} {info['finetuning']['description']}".strip()
     results.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(results / "downstream.json", json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n")
+    atomic_write_text(results / "downstream.json", json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n")
     plot = _plot_weights(runs, results / "downstream-layer-weights.png")
-    write_text_atomically(output, _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent))
+    atomic_write_text(output, _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent))
     typer.echo(f"Wrote {output}")
 
 

@@ -21,7 +21,7 @@ import typer
 from spacy.tokens import Doc, DocBin
 
 from .corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
-from .vocab import write_text_atomically
+from spacy_elmo.io import atomic_write_text
 
 FRACTIONS = (1, 10, 100)
 
@@ -93,7 +93,7 @@ def save_task_text(docs_by_split: Dict[str, Sequence[Doc]], output: Path) -> Dic
                 writer.add(tokens)
         writer.flush()
         manifest["splits"][split] = {"shards": writer.shards, "sentences": writer.sentences, "tokens": writer.tokens}
-    write_text_atomically(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    atomic_write_text(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 

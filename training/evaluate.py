@@ -27,7 +27,9 @@ from .checkpoint import resolve_checkpoint
 from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
 from .objective import LanguageModelLoss
 from .pretrain import perplexity
-from .vocab import Vocabulary, write_text_atomically
+from spacy_elmo.io import atomic_write_text
+
+from .vocab import Vocabulary
 
 
 def batches_of(token_lists: Iterable[List[str]], table: TokenTable, batch_tokens: int) -> List[TrainingBatch]:
@@ -108,7 +110,7 @@ def main(
     result = evaluate(model, token_lists, vocab)
     document = json.dumps(result, indent=2) + "\n"
     if output:
-        write_text_atomically(output, document)
+        atomic_write_text(output, document)
     typer.echo(document)
 
 

@@ -5,12 +5,12 @@ words by falling count (the order the log-uniform sampler assumes).
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Sequence
+
+from spacy_elmo.io import atomic_write_text
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 SPECIALS = (BOS, EOS, UNK)
@@ -67,7 +67,7 @@ class Vocabulary:
 
     def save(self, path: Path) -> None:
         text = "".join(f"{w}\t{c}\n" for w, c in zip(self.words, self.counts))
-        write_text_atomically(path, text)
+        atomic_write_text(path, text)
 
     @classmethod
     def load(cls, path: Path) -> "Vocabulary":
@@ -83,21 +83,6 @@ class Vocabulary:
             words.append(word)
             counts.append(int(count))
         return cls(words=words, counts=counts)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def main(
