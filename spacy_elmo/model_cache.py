@@ -174,7 +174,8 @@ def _extract_tar_safely(handle: tarfile.TarFile, folder: Path) -> None:
     root = folder.resolve()
     for member in handle.getmembers():  # Pythons without extraction filters
         destination = (folder / member.name).resolve()
-        if root not in destination.parents and destination != root or not (member.isfile() or member.isdir()):
+        outside = root not in destination.parents and destination != root
+        if outside or not (member.isfile() or member.isdir()):
             raise DownloadError(f"Refusing to unpack {member.name!r}: it points outside the archive's folder or is a link.")
     handle.extractall(folder)
 
