@@ -87,3 +87,14 @@ def test_the_component_setting(tiny_weights):
     assert cosines(exact, reduced).min() >= 0.999
     with pytest.raises(ValueError, match="precision must be one of"):
         make_nlp(tiny_weights, precision="fp8")
+
+
+def test_the_setting_travels_with_a_saved_pipeline(tiny_weights, tmp_path):
+    import spacy
+
+    nlp = make_nlp(tiny_weights, precision="bf16")
+    expected = nlp("The bank raised its rates.")._.elmo_data
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert loaded.get_pipe("elmo").cfg["precision"] == "bf16"
+    np.testing.assert_array_equal(loaded("The bank raised its rates.")._.elmo_data, expected)
