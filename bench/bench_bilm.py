@@ -251,16 +251,9 @@ def _update_markdown(reports, header, args) -> None:
             f"| {r['name']} | {r['tokens_per_s']:,.0f} | {speedup:.1f}x | {r['char_stage_share']:.0%} | {memory} | {hit} | {r['check']:.6f} |"
         )
     lines += ["", f"![biLM inference]({Path('bench/results') / f'bilm-{args.device}.png'})", ""]
-    section = "\n".join(lines)
-    start, end = f"<!-- bench_bilm:{args.device} start -->", f"<!-- bench_bilm:{args.device} end -->"
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n\n"
-    block = f"{start}\n{section}{end}"
-    if start in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
+    from report import write_section
+
+    write_section(f"bench_bilm:{args.device}", lines)
 
 
 def main() -> None:

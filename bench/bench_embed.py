@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_peer import CORPUS, OUT, RESULTS, converted_weights, machine, write_section
+from bench_peer import CORPUS, OUT, RESULTS, converted_weights, machine
+from report import write_section
 
 
 def pipeline_dir(peer) -> Path:

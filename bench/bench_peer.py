@@ -18,13 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench_bilm import load_sentences
+from report import write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
@@ -41,21 +43,10 @@ REPEATS = {"1,000 sentences": 3}
 def workload_sentences(name: str) -> list:
     """The token lists of a workload (the peer's own batches for the fixture-sized ones)."""
     if name == "1,000 sentences":
-        return real_sentences(1000)
+        return load_sentences(1000)[0]
     streams = json.loads((FIXTURE / "sentences.json").read_text())
     flat = [line.split() for line in streams[0] + streams[1] + streams[2]]
     return {"1 sentence": [streams[0][9].split()], "16 sentences": flat[:16], "64 sentences": (flat * 3)[:64]}[name]
-
-
-def real_sentences(count: int, seed: int = 0) -> list:
-    import spacy
-
-    nlp = spacy.blank("en")
-    nlp.add_pipe("sentencizer")
-    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
-    sentences = [[t.text for t in s if not t.is_space] for doc in nlp.pipe(lines) for s in doc.sents]
-    sentences = [s for s in sentences if 0 < len(s) <= 100]
-    return random.Random(seed).sample(sentences, count)
 
 
 def peak_rss_mb() -> float:
@@ -251,16 +242,6 @@ def update_markdown(report: dict) -> None:
         f"{roof['roof_words_per_s']:,.0f} words/s.", "", "![against the peer](bench/results/peer-cpu.png)", "",
     ]
     write_section("bench_peer:cpu", lines)
-
-
-def write_section(key: str, lines: list) -> None:
-    """Replace (or append) the BENCHMARKS.md section between the ``<!-- key start/end -->`` marks."""
-    start, end = f"<!-- {key} start -->", f"<!-- {key} end -->"
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text(encoding="utf-8")
-    block = f"{start}\n" + "\n".join(lines) + end
-    text = text[: text.index(start)] + block + text[text.index(end) + len(end):] if start in text else text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
 
 
 def main() -> None:

@@ -115,15 +115,9 @@ def write_markdown(result: dict, args) -> None:
         f"![learning curve](bench/results/pretrain-{args.device}.png)",
         "",
     ]
-    start, end = f"<!-- bench_pretrain:{args.device} start -->", f"<!-- bench_pretrain:{args.device} end -->"
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text(encoding="utf-8")
-    block = f"{start}\n" + "\n".join(lines) + end
-    if start in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
+    from report import write_section
+
+    write_section(f"bench_pretrain:{args.device}", lines)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def embed(
     layers: str = typer.Option("all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."),
     tokenized: bool = typer.Option(False, "--tokenized", help="Lines are already tokenized: split on whitespace."),
     batch_size: int = typer.Option(64, "--batch-size", help="Lines per batch (nlp.pipe)."),
-    precision: str = typer.Option(None, "--precision", help="fp32 (exact) or bf16 (about 2x faster on CPUs with AMX/AVX512_BF16; see README). Default: the pipeline's setting."),
+    precision: str = typer.Option(None, "--precision", help="fp32 (exact) or bf16 (about 1.7x faster on CPUs with AMX/AVX512_BF16; see README). Default: the pipeline's setting."),
     processes: int = typer.Option(1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."),
     shard_lines: int = typer.Option(10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."),
 ) -> None:

@@ -134,6 +134,14 @@ def _verify(remote: RemoteFile, path: Path, delete_on_failure: bool) -> str:
     raise DownloadError(f"{path} {problem}. Replace it with the right file or delete it to download again.")
 
 
+def recorded_sha256(path: Path) -> str:
+    """The sha256 that ``fetch`` recorded for a cached file (computed afresh if there is no record)."""
+    try:
+        return json.loads(_record_path(path).read_text(encoding="utf-8"))["sha256"]
+    except (OSError, ValueError, KeyError):
+        return sha256_of(path)
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as stream:

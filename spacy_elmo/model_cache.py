@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
-from .download import DownloadError, RemoteFile, cache_dir, fetch, sha256_of
+from .download import DownloadError, RemoteFile, cache_dir, fetch, recorded_sha256
 from .io import atomic_directory, atomic_write_json
 from .models import BILM_TF, EFML, PublishedModel, get_model
 from .weights import CONFIG_FILE, WEIGHTS_FILE, WeightsError, import_original, save_bilm
@@ -122,7 +122,7 @@ def convert_directory(folder: Path):
 
 def _convert_into(target: Path, build, remotes: Sequence[RemoteFile], paths: Sequence[Path], provenance: Dict) -> Path:
     bilm = build()
-    files = [{"url": r.url, "file": r.filename, "sha256": sha256_of(p), "bytes": p.stat().st_size} for r, p in zip(remotes, paths)]
+    files = [{"url": r.url, "file": r.filename, "sha256": recorded_sha256(p), "bytes": p.stat().st_size} for r, p in zip(remotes, paths)]
     with atomic_directory(target, replace=True) as temporary:
         save_bilm(bilm, temporary)
         atomic_write_json(temporary / SOURCE_FILE, {**provenance, "files": files})

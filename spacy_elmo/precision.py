@@ -26,7 +26,7 @@ def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision must be one of {PRECISIONS}, got {precision!r}: 'fp32' is exact, 'bf16' is "
-            "faster on CPUs with AMX/AVX512_BF16 and on GPUs, within about 1e-2 of fp32."
+            "faster on CPUs with AMX/AVX512_BF16 and on GPUs, within about 1e-3 of fp32."
         )
     return precision
 
