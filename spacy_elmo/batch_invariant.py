@@ -18,10 +18,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from . import onednn
+from .onednn import K_BLOCK
 from .precision import check_precision, operand
-
-# The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
-K_BLOCK = 512
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
 _SINGLE_THREAD_ELEMENTS = 32768
@@ -33,7 +32,9 @@ class Blocking:
 
     gemm_rows: rows per block of position-wise matmuls (char CNN windows, LSTM input projection).
     token_block: tokens per char-encoder block.
-    step_columns: sentences per recurrent chunk of the step loop (G).
+    step_columns: sentences per recurrent chunk of the step loop (G) on fixed shapes.
+    step_lanes: the most sentences per recurrent matmul where oneDNN runs them (CPU): there any
+        number of rows gives the same results, so a call takes the sentences there are, up to this.
     fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
     precision: "fp32" (exact) or "bf16" (see ``precision``).
     """
@@ -41,13 +42,14 @@ class Blocking:
     gemm_rows: int = 256
     token_block: int = 64
     step_columns: int = 16
+    step_lanes: int = 64
     fused_rows: int = 32
     fused_steps: int = 8
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
-        for name in ("gemm_rows", "token_block", "step_columns", "fused_rows", "fused_steps"):
+        for name in ("gemm_rows", "token_block", "step_columns", "step_lanes", "fused_rows", "fused_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"Blocking.{name} must be a positive integer, got {value!r}.")
@@ -98,11 +100,25 @@ def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor
 
 
 def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32") -> Tensor:
-    """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N)."""
-    out = matmul_rows(x, weight.t(), rows, precision)
+    """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N).
+
+    Where oneDNN's fp32 rows do not depend on the row count (``onednn``), in blocks of ``rows``
+    rows that need no padding; elsewhere on zero-padded blocks of exactly ``rows`` rows."""
+    if rows_any_count(x.device, precision):
+        reordered = weight.shape[1] > K_BLOCK  # a plain weight needs no second copy
+        blocks = [onednn.linear(x[start : start + rows], weight, precision, reordered) for start in range(0, len(x), rows)]
+        out = torch.cat(blocks) if blocks else x.new_zeros(0, weight.shape[0])
+    else:
+        out = matmul_rows(x, weight.t(), rows, precision)
     if bias is not None:
         out += bias
     return out
+
+
+def rows_any_count(device: torch.device, precision: str) -> bool:
+    """Whether matmuls here give each row the same bits whatever the number of rows (then no
+    fixed shapes are needed): fp32 through oneDNN on a CPU where its probe passes."""
+    return precision == "fp32" and onednn.available(device)
 
 
 def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:

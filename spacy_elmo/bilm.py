@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import recurrence
-from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_rows
+from . import onednn, recurrence
+from .batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
 from .chars import CHAR_PAD, CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .precision import check_precision
@@ -91,19 +91,23 @@ class CharEncoder(nn.Module):
     @torch.no_grad()
     def forward_invariant(self, char_ids: Tensor, blocking: Blocking, word_ids: Optional[Tensor] = None) -> Tensor:
         """Batch-invariant path: a token's representation is bitwise independent of the others.
-        Tokens run in blocks of exactly ``blocking.token_block``.
+        Tokens run in blocks of ``blocking.token_block``; the last block is padded to a whole
+        block, or only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
+        functions) where matmul rows do not depend on the row count.
         char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
         block = blocking.token_block
+        pad_to = 32 if rows_any_count(char_ids.device, blocking.precision) else block
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
         pad_windows = self._pad_windows(blocking.gemm_rows, blocking.precision)
         for start in range(0, n_tokens, block):
             ids = char_ids[start : start + block]
             words = word_ids[start : start + block] if word_ids is not None else None
-            if ids.shape[0] < block:
-                ids = torch.cat([ids, ids.new_full((block - ids.shape[0], ids.shape[1]), self.pad_id)])
-                words = torch.cat([words, words.new_zeros(block - words.shape[0])]) if words is not None else None
+            missing = -ids.shape[0] % pad_to
+            if missing:
+                ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
+                words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
             encoded = self._encode_block(ids, words, pad_windows, blocking.gemm_rows, blocking.precision)
             out[start : start + block] = encoded[: n_tokens - start]
         return out
@@ -123,7 +127,7 @@ class CharEncoder(nn.Module):
             windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
             n_windows = windows.shape[1]
             flat = windows.reshape(n_tokens * n_windows, -1)
-            scores = matmul_rows(flat, conv.weight.reshape(conv.out_channels, -1).t(), rows, precision)
+            scores = linear_rows(flat, conv.weight.reshape(conv.out_channels, -1), None, rows, precision)
             best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
             if trimmed:
                 best = torch.maximum(best, pad_windows[index])
@@ -167,7 +171,7 @@ class CharEncoder(nn.Module):
             if rows is None:
                 values.append((window @ weight.t())[0])
             else:
-                values.append(matmul_rows(window, weight.t(), rows, precision)[0])
+                values.append(linear_rows(window, weight, None, rows, precision)[0])
         return values
 
 
@@ -366,9 +370,22 @@ class BiLM(nn.Module):
             plan = LanePlan.build(lengths, blocking.fused_rows, blocking.fused_steps, device)
             runner = recurrence.run_fused_blocks
         else:
-            plan = LanePlan.build(lengths, blocking.step_columns, 1, device)
+            plan = LanePlan.build(lengths, self._step_width(lengths, blocking, device), 1, device)
             runner = recurrence.run_step_loop
         return lambda layer, x, direction, start: runner(layer, x, plan, direction, start, blocking)
+
+    def _step_width(self, lengths: List[int], blocking: Blocking, device: torch.device) -> int:
+        """Lanes per chunk of the step loop. Through oneDNN: in fp32 as many as there are
+        sentences, up to ``step_lanes`` (any row count gives the same rows); in bf16 always
+        ``step_lanes`` rows per matmul (its AMX kernels cost about the same for 1 row as for 64;
+        the cell update still runs on the working lanes only). Elsewhere ``step_columns``."""
+        if not onednn.available(device):
+            return blocking.step_columns
+        multiple = recurrence.lane_multiple(self.config.lstm_dim)
+        if blocking.precision != "fp32":
+            return -(-blocking.step_lanes // multiple) * multiple
+        sentences = max(1, min(blocking.step_lanes, sum(1 for length in lengths if length)))
+        return -(-sentences // multiple) * multiple
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""

@@ -19,6 +19,7 @@ batch for unclipped layers on GPU, an autograd step loop otherwise.
 from __future__ import annotations
 
 import heapq
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -26,7 +27,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .batch_invariant import Blocking, elementwise_, matmul_k_blocks, matmul_rows
+from . import onednn
+from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
 
 LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 
@@ -80,7 +82,9 @@ class LanePlan:
 
     tables: direction -> (n_steps, n_lanes) packed token index, N where a lane idles.
     starts: step -> [(lane, sentence)] beginning there; ends: step -> [(lane, sentence)] whose
-    last token is there. busy_steps[j]: steps until chunk j (lanes j*width...) falls idle.
+    last token is there. Lanes are numbered busiest first: lane_steps[k] (non-increasing) is how
+    many steps lane k works, so the lanes still at work at any step are a prefix of each chunk.
+    busy_steps[j]: steps until chunk j (lanes j*width...) falls idle.
     """
 
     n_tokens: int
@@ -89,7 +93,7 @@ class LanePlan:
     tables: Dict[str, Tensor]
     starts: Dict[int, List[Tuple[int, int]]]
     ends: Dict[int, List[Tuple[int, int]]]
-    busy_steps: List[int]
+    lane_steps: List[int]
 
     @classmethod
     def build(cls, lengths: Sequence[int], width: int, window: int, device: torch.device) -> "LanePlan":
@@ -100,23 +104,41 @@ class LanePlan:
             raise ValueError(f"Sentence lengths must be >= 0, got {list(lengths)}.")
         windows = [-(-length // window) for length in lengths_t.tolist()]
         n_lanes = _chunk_count(windows, width) * width
-        lane_of, start_of, lane_load = _assign_lanes(windows, n_lanes, window)
-        tables = _token_tables(lengths_t, lane_of, start_of, n_lanes, max(lane_load, default=0))
+        lane_of, start_of, lane_steps = _assign_lanes(windows, n_lanes, window)
+        tables = _token_tables(lengths_t, lane_of, start_of, n_lanes, max(lane_steps, default=0))
         starts: Dict[int, List[Tuple[int, int]]] = {}
         ends: Dict[int, List[Tuple[int, int]]] = {}
         for sentence, length in enumerate(lengths_t.tolist()):
             if length:
                 starts.setdefault(start_of[sentence], []).append((lane_of[sentence], sentence))
                 ends.setdefault(start_of[sentence] + length - 1, []).append((lane_of[sentence], sentence))
-        busy = [max(lane_load[first : first + width]) for first in range(0, n_lanes, width)]
         return cls(
-            n_tokens=int(lengths_t.sum()), width=width, window=window, starts=starts, ends=ends, busy_steps=busy,
+            n_tokens=int(lengths_t.sum()), width=width, window=window, starts=starts, ends=ends, lane_steps=lane_steps,
             tables={direction: table.to(device) for direction, table in tables.items()},
         )
 
     @property
+    def n_lanes(self) -> int:
+        return len(self.lane_steps)
+
+    @property
+    def busy_steps(self) -> List[int]:
+        return self.lane_steps[:: self.width]  # a chunk's first lane is its busiest
+
+    @property
     def n_steps(self) -> int:
-        return max(self.busy_steps, default=0)
+        return max(self.lane_steps, default=0)
+
+    def groups(self, step: int, multiple: int = 1) -> List[Tuple[int, int]]:
+        """(first lane, lanes) at ``step`` for each chunk still at work: its working lanes (a
+        prefix of the chunk), rounded up to a multiple of ``multiple`` and at most ``width``."""
+        groups = []
+        for first in range(0, self.n_lanes, self.width):
+            if self.lane_steps[first] <= step:
+                break
+            working = sum(1 for steps in self.lane_steps[first : first + self.width] if steps > step)
+            groups.append((first, min(self.width, -(-working // multiple) * multiple)))
+        return groups
 
 
 def _chunk_count(windows: List[int], width: int) -> int:
@@ -132,8 +154,8 @@ def _chunk_count(windows: List[int], width: int) -> int:
 
 
 def _assign_lanes(windows: List[int], n_lanes: int, window: int) -> Tuple[List[int], List[int], List[int]]:
-    """Longest first to the least loaded lane. Returns each sentence's lane and first step, and
-    each lane's number of busy steps."""
+    """Longest first to the least loaded lane, then lanes renumbered busiest first. Returns each
+    sentence's lane and first step, and each lane's number of busy steps (non-increasing)."""
     loads = [(0, lane) for lane in range(n_lanes)]
     lane_of, start_of = [0] * len(windows), [0] * len(windows)
     for sentence in sorted(range(len(windows)), key=lambda i: -windows[i]):
@@ -141,10 +163,9 @@ def _assign_lanes(windows: List[int], n_lanes: int, window: int) -> Tuple[List[i
             load, lane = heapq.heappop(loads)
             lane_of[sentence], start_of[sentence] = lane, load * window
             heapq.heappush(loads, (load + windows[sentence], lane))
-    lane_load = [0] * n_lanes
-    for load, lane in loads:
-        lane_load[lane] = load * window
-    return lane_of, start_of, lane_load
+    busiest_first = sorted(loads, key=lambda item: (-item[0], item[1]))
+    renumber = {lane: rank for rank, (_, lane) in enumerate(busiest_first)}
+    return [renumber[lane] for lane in lane_of], start_of, [load * window for load, _ in busiest_first]
 
 
 def _token_tables(lengths: Tensor, lane_of: List[int], start_of: List[int], n_lanes: int, n_steps: int) -> Dict[str, Tensor]:
@@ -162,43 +183,83 @@ def _token_tables(lengths: Tensor, lane_of: List[int], start_of: List[int], n_la
     return tables
 
 
+class StepMatmuls:
+    """The three matmuls of a layer in the step loop, token-major: the input projection
+    x (N, I) -> (N, 4H) with the bias, the recurrence h (G, P) -> (G, 4H) and the projection
+    hidden (G, H) -> (G, P).
+
+    On CPU they run through oneDNN (``onednn``): in fp32 any G gives the same rows
+    (``any_rows``); in bf16 G stays the chunk width. Elsewhere they run on fixed shapes."""
+
+    def __init__(self, layer, blocking: Blocking, device: torch.device) -> None:
+        self.layer, self.blocking = layer, blocking
+        self.through_onednn = onednn.available(device)
+        self.any_rows = rows_any_count(device, blocking.precision)
+
+    def inputs(self, x: Tensor) -> Tensor:
+        layer, blocking = self.layer, self.blocking
+        return linear_rows(x, layer.weight_ih, layer.bias, blocking.gemm_rows, blocking.precision)
+
+    def recurrent(self, h: Tensor) -> Tensor:
+        return self._matmul(h, self.layer.weight_hh)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        return self._matmul(hidden, self.layer.weight_hr)
+
+    def _matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        if self.through_onednn:
+            return onednn.linear(x, weight, self.blocking.precision)
+        out = x.new_empty(x.shape[0], weight.shape[0])
+        return matmul_k_blocks(x, weight.t(), self.blocking.precision, out)
+
+
+def lane_multiple(cells: int) -> int:
+    """Lanes per step come in multiples of this, so that each gate's (H, G) slice is whole SIMD
+    loop blocks (32 floats) and no element falls to the scalar tail (see ``elementwise_``)."""
+    return 32 // math.gcd(cells, 32)
+
+
 def run_step_loop(
     layer, x: Tensor, plan: LanePlan, direction: str, start: Optional[LayerState], blocking: Blocking
 ) -> Tuple[Tensor, Optional[LayerState]]:
     """Exact, batch-invariant step loop. x (N, I) packed -> (N, P) packed; and with ``start``
-    (h (B, P), c (B, H)), the state after each sentence's last token."""
-    cells, proj, width = layer.cells, layer.projection_dim, plan.width
-    x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])  # row N feeds idle lanes
-    inputs = matmul_rows(x_ext, layer.weight_ih.t(), blocking.gemm_rows, blocking.precision)
-    inputs += layer.bias  # (N + 1, 4H)
+    (h (B, P), c (B, H)), the state after each sentence's last token.
+
+    h is kept token-major (lanes, P) for the matmuls, c feature-major (H, lanes) for the
+    elementwise cell update, whose SIMD blocks then never straddle two lanes. The cell update
+    runs on a chunk's working lanes only; the matmuls on those too where any row count gives the
+    same rows, else on the whole chunk (idle rows cost time, not results)."""
+    matmuls = StepMatmuls(layer, blocking, x.device)
+    cells, multiple = layer.cells, lane_multiple(layer.cells)
+    inputs = matmuls.inputs(torch.cat([x, x.new_zeros(1, x.shape[1])]))  # row N feeds idle lanes
     table = plan.tables[direction]
-    h = x.new_zeros(len(plan.busy_steps), proj, width)
-    c = x.new_zeros(len(plan.busy_steps), cells, width)
+    h = x.new_zeros(plan.n_lanes, layer.projection_dim)
+    c = x.new_zeros(cells, plan.n_lanes)
     final = (start[0].clone(), start[1].clone()) if start is not None else None
-    gates = x.new_empty(4 * cells, width)
-    hidden = x.new_empty(cells, width)
-    out = x.new_empty(plan.n_tokens + 1, proj)
+    gates_buffer, hidden_buffer = x.new_empty(4 * cells * plan.width), x.new_empty(cells * plan.width)
+    hidden_rows = x.new_zeros(plan.width, cells)
+    out = x.new_empty(plan.n_tokens + 1, layer.projection_dim)
     for step in range(plan.n_steps):
         for lane, sentence in plan.starts.get(step, ()):
-            chunk, column = divmod(lane, width)
-            h[chunk, :, column] = start[0][sentence] if start is not None else 0
-            c[chunk, :, column] = start[1][sentence] if start is not None else 0
-        for chunk, busy in enumerate(plan.busy_steps):
-            if step >= busy:
-                continue
-            tokens = table[step, chunk * width : (chunk + 1) * width]
-            matmul_k_blocks(layer.weight_hh, h[chunk], blocking.precision, gates)
-            gates += inputs[tokens].t()
-            _cell_update(gates, c[chunk], hidden, layer.cell_clip)
-            matmul_k_blocks(layer.weight_hr, hidden, blocking.precision, h[chunk])
+            h[lane] = start[0][sentence] if start is not None else 0
+            c[:, lane] = start[1][sentence] if start is not None else 0
+        for first, count in plan.groups(step, multiple):
+            rows = count if matmuls.any_rows else plan.width
+            lanes = slice(first, first + count)
+            tokens = table[step, lanes]
+            gates = gates_buffer[: 4 * cells * count].view(4 * cells, count)
+            gates.copy_(matmuls.recurrent(h[first : first + rows])[:count].add_(inputs[tokens]).t())
+            hidden = hidden_buffer[: cells * count].view(cells, count)
+            _cell_update(gates, c[:, lanes], hidden, layer.cell_clip)
+            hidden_rows[:count] = hidden.t()
+            h[lanes] = matmuls.project(hidden_rows[:rows])[:count]
             if layer.proj_clip is not None:
-                h[chunk].clamp_(-layer.proj_clip, layer.proj_clip)
-            out[tokens] = h[chunk].t()
+                h[lanes].clamp_(-layer.proj_clip, layer.proj_clip)
+            out[tokens] = h[lanes]
         if final is not None:
             for lane, sentence in plan.ends.get(step, ()):
-                chunk, column = divmod(lane, width)
-                final[0][sentence] = h[chunk, :, column]
-                final[1][sentence] = c[chunk, :, column]
+                final[0][sentence] = h[lane]
+                final[1][sentence] = c[:, lane]
     return out[:-1], final
 
 

@@ -65,8 +65,9 @@ def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> 
     config = read_config(directory / CONFIG_FILE)
     indexer = read_vocabulary(directory / VOCABULARY_FILE, config) if config.needs_vocabulary else None
     tensors = _read_safetensors(directory / WEIGHTS_FILE, config)
-    bilm = BiLM(config, indexer)
-    load_state(bilm, tensors, directory / WEIGHTS_FILE)
+    with torch.device("meta"):  # no memory for weights that the file's replace at once
+        bilm = BiLM(config, indexer)
+    load_state(bilm, tensors, directory / WEIGHTS_FILE, assign=True)
     return bilm.to(device or "cpu").eval()
 
 
@@ -148,8 +149,9 @@ def _read_safetensors(path: Path, config: BiLMConfig) -> Dict[str, Tensor]:
     return tensors
 
 
-def load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Union[Path, str]) -> None:
-    """Load ``tensors`` into ``bilm`` after checking names, shapes and values; errors name ``source``."""
+def load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Union[Path, str], assign: bool = False) -> None:
+    """Load ``tensors`` into ``bilm`` after checking names, shapes and values; errors name ``source``.
+    ``assign``: the tensors become the parameters (for a module built on the meta device)."""
     expected = bilm.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
@@ -164,7 +166,7 @@ def load_state(bilm: BiLM, tensors: Dict[str, Tensor], source: Union[Path, str])
             raise WeightsError(f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs {want}.")
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise WeightsError(f"{source}: tensor {name!r} contains NaN or infinite values.")
-    bilm.load_state_dict({name: t.to(expected[name].dtype) for name, t in tensors.items()})
+    bilm.load_state_dict({name: t.to(expected[name].dtype) for name, t in tensors.items()}, assign=assign)
 
 
 # --- the original release -------------------------------------------------------------------

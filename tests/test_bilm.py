@@ -116,12 +116,25 @@ def corpus_like_sentences(count, seed):
     return [[rng.choice(words) + rng.choice(["", "s", "ed", "ing", "'s"]) for _ in range(rng.randint(0, 45))] for _ in range(count)]
 
 
+@pytest.fixture(params=["onednn", "fixed-shapes"])
+def kernels(request, monkeypatch):
+    """Both ways the step loop keeps rows independent: oneDNN (any row count, CPU) and fixed
+    shapes (where the oneDNN probe fails, and on GPU)."""
+    from spacy_elmo import onednn
+
+    if request.param == "onednn" and not onednn.available(torch.device("cpu")):
+        pytest.skip("oneDNN's row-count invariance does not hold on this machine")
+    if request.param == "fixed-shapes":
+        monkeypatch.setattr(onednn, "available", lambda device: False)
+    return request.param
+
+
 @pytest.mark.parametrize(
     "overrides,path",
     [({"cell_clip": 3.0, "proj_clip": 3.0}, "step"), ({}, "step"), ({}, "fused")],
     ids=["clipped-step", "unclipped-step", "unclipped-fused"],
 )
-def test_bitwise_identical_whatever_the_batch(seeded, overrides, path):
+def test_bitwise_identical_whatever_the_batch(seeded, overrides, path, kernels):
     """The same sentence gives the same bits alone, among others, in any order, under any token
     budget, with or without the token cache."""
     bilm = random_bilm(**overrides)
@@ -150,6 +163,25 @@ def test_other_blockings_agree_to_rounding(seeded):
     changed = embed_sentences(bilm, sentences, max_batch_tokens=200)
     bilm.blocking = None
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed))
+
+
+def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
+    from spacy_elmo import onednn
+
+    if not onednn.available(torch.device("cpu")):
+        pytest.skip("oneDNN's row-count invariance does not hold on this machine")
+    calls = []
+    linear = onednn.linear
+    monkeypatch.setattr(onednn, "linear", lambda *args, **kwargs: calls.append(1) or linear(*args, **kwargs))
+    bilm = random_bilm(cell_clip=3.0, proj_clip=3.0)
+    sentences = corpus_like_sentences(30, seed=8)
+    through_onednn = embed_sentences(bilm, sentences)
+    assert calls
+    monkeypatch.setattr(onednn, "available", lambda device: False)
+    calls.clear()
+    fixed = embed_sentences(bilm, sentences)
+    assert not calls
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(through_onednn, fixed))
 
 
 def test_empty_inputs():
@@ -181,7 +213,7 @@ def test_fused_path_is_nn_lstm_with_projection(seeded):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("clipped,path", [(True, "step"), (False, "step"), (False, "fused")])
-def test_bitwise_identical_at_original_size(clipped, path):
+def test_bitwise_identical_at_original_size(clipped, path, kernels):
     """At the published sizes MKL and ATen split work across threads; still the same bits."""
     from spacy_elmo import BiLM, BiLMConfig
 

@@ -1,0 +1,110 @@
+"""CPU matmuls through oneDNN whose rows do not depend on how many rows a call has.
+
+MKL (torch's default CPU GEMM) chooses its kernel, and so the order of each dot product's sums,
+from the matrix shapes: a sentence computed alone (one row) would round differently from the same
+sentence in a batch, which is why the step loop used to pad every recurrent matmul to a fixed 16
+columns. oneDNN's ``linear`` with a weight it has reordered for itself runs one kernel for any
+number of rows, so a single sentence can run as one row, at the cost of a GEMV, and a batch as many
+rows, each bitwise the same (measured on AVX-512/AMX; ``available`` probes it at run time, and
+where the probe fails the fixed-shape path is used instead). A plain (not reordered) weight gives
+the same rows from 2 rows up, and a different kernel for one row. This holds in fp32 only: in
+bfloat16 oneDNN switches kernels with the row count (AMX tiles; seen as one element in ten
+thousand rounding differently), so bf16 calls keep a fixed row count and are merely fast.
+
+Sums run over K in blocks of ``K_BLOCK`` added in order, as in ``batch_invariant``, so that no
+call splits a sum across threads (the result does not depend on the thread count either).
+
+The reordered copy of a weight is made once and kept beside it, like the bfloat16 copies of
+``precision``: it costs one more copy of the recurrent weights (168 MB for the original model).
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Dict, List, Tuple
+
+import torch
+from torch import Tensor
+
+from .precision import operand
+
+# The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
+K_BLOCK = 512
+
+# id(weight) -> {(precision, view, version): reordered K blocks}; an entry goes with its weight.
+_REORDERED: Dict[int, Dict[Tuple, List[Tensor]]] = {}
+
+
+def available(device: torch.device) -> bool:
+    """True when fp32 matmuls on ``device`` can run through oneDNN with rows independent of the
+    row count: a CPU, a torch built with oneDNN, and a probe that finds it so on this machine."""
+    return device.type == "cpu" and torch.backends.mkldnn.is_available() and _probe_passes()
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_passes() -> bool:
+    """Compare fp32 rows computed 1 to 300 at a time, with a reordered and with a plain weight."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, K_BLOCK, generator=generator)
+    x = torch.randn(300, K_BLOCK, generator=generator)
+    try:
+        every_row = _linear_blocks(x, [_reorder(weight)])
+        for rows in (1, 2, 3, 7, 16, 17, 33, 64, 129):
+            if not torch.equal(_linear_blocks(x[:rows], [_reorder(weight)]), every_row[:rows]):
+                return False
+            if rows > 1 and not torch.equal(_linear_blocks(x[:rows], [weight]), every_row[:rows]):
+                return False
+    except RuntimeError:  # an op this build of torch lacks
+        return False
+    return True
+
+
+def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool = True) -> Tensor:
+    """``x @ weight.T``; in fp32 each row is bitwise independent of the number of rows.
+
+    Args:
+        x: (M, K) fp32, any M >= 1. weight: (N, K), a parameter (its copies are cached).
+        reordered: False uses the weight as it is (no extra copy; needs K <= K_BLOCK and pads a
+            single row to two).
+    Returns:
+        (M, N) fp32.
+    """
+    rows = x.shape[0]
+    if not reordered:
+        if weight.shape[1] > K_BLOCK:
+            raise ValueError(f"A plain weight takes K <= {K_BLOCK}, got {weight.shape[1]}; use reordered=True.")
+        if rows == 1:
+            x = torch.cat([x, x.new_zeros(1, x.shape[1])])
+        return _linear_blocks(operand(x.contiguous(), precision), [operand(weight, precision)])[:rows]
+    return _linear_blocks(operand(x.contiguous(), precision), reordered_blocks(weight, precision))
+
+
+def _linear_blocks(x: Tensor, blocks: List[Tensor]) -> Tensor:
+    """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded)."""
+    out = None
+    for index, block in enumerate(blocks):
+        part = torch.ops.mkldnn._linear_pointwise(x[:, index * K_BLOCK : (index + 1) * K_BLOCK], block, None, "none", [], "")
+        out = part.float() if out is None else out.add_(part)
+    return out
+
+
+def reordered_blocks(weight: Tensor, precision: str = "fp32") -> List[Tensor]:
+    """The weight (N, K) cut into K blocks of K_BLOCK columns, each in oneDNN's own layout, in
+    ``precision``; made once per weight (or view of one) and version."""
+    base = weight._base if weight._base is not None else weight
+    key = (precision, tuple(weight.shape), tuple(weight.stride()), weight.storage_offset(), base._version)
+    copies = _REORDERED.get(id(base))
+    if copies is None:
+        copies = _REORDERED[id(base)] = {}
+        weakref.finalize(base, _REORDERED.pop, id(base), None)
+    if key not in copies:
+        for stale in [k for k in copies if k[-1] != base._version]:
+            del copies[stale]  # the weight changed in place since
+        with torch.no_grad():
+            blocks = [weight[:, start : start + K_BLOCK] for start in range(0, weight.shape[1], K_BLOCK)]
+            copies[key] = [_reorder(block.to(torch.bfloat16) if precision == "bf16" else block) for block in blocks]
+    return copies[key]
+
+
+def _reorder(block: Tensor) -> Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(block.contiguous(), 16)

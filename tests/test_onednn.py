@@ -1,0 +1,83 @@
+"""oneDNN matmuls whose rows do not depend on the row count, and the lane plan that uses them."""
+import pytest
+import torch
+
+from spacy_elmo import onednn
+from spacy_elmo.recurrence import LanePlan, lane_multiple
+
+needs_onednn = pytest.mark.skipif(
+    not onednn.available(torch.device("cpu")), reason="oneDNN's row-count invariance does not hold on this machine"
+)
+
+
+@needs_onednn
+@pytest.mark.parametrize("in_features,reordered", [(1300, True), (512, True), (200, False)])
+def test_fp32_rows_do_not_depend_on_how_many_rows_a_call_has(in_features, reordered):
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.nn.Parameter(torch.randn(300, in_features, generator=generator), requires_grad=False)
+    x = torch.randn(70, in_features, generator=generator)
+    every_row = onednn.linear(x, weight, "fp32", reordered)
+    assert every_row.dtype == torch.float32 and every_row.shape == (70, 300)
+    for rows in (1, 2, 5, 33):
+        assert torch.equal(onednn.linear(x[:rows], weight, "fp32", reordered), every_row[:rows])
+    for first in (3, 41):  # other companions, same bits
+        assert torch.equal(onednn.linear(x[first : first + 9], weight, "fp32", reordered), every_row[first : first + 9])
+    exact = x.double() @ weight.double().t()
+    relative_error = ((every_row - exact).abs().max() / exact.abs().max()).item()
+    assert relative_error < 1e-6
+
+
+@needs_onednn
+def test_bf16_products_are_close_and_summed_in_fp32():
+    generator = torch.Generator().manual_seed(2)
+    weight = torch.nn.Parameter(torch.randn(64, 1300, generator=generator), requires_grad=False)
+    x = torch.randn(16, 1300, generator=generator)
+    got = onednn.linear(x, weight, "bf16")
+    assert got.dtype == torch.float32
+    exact = x.double() @ weight.double().t()
+    assert ((got - exact).abs().max() / exact.abs().max()).item() < 2e-2
+    assert torch.equal(onednn.linear(x, weight, "bf16"), got)  # the same call, the same bits
+
+
+@needs_onednn
+def test_reordered_copies_follow_weights_changed_in_place():
+    weight = torch.nn.Parameter(torch.randn(64, 512), requires_grad=False)
+    x = torch.randn(4, 512)
+    before = onednn.linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(2)
+    assert torch.equal(onednn.linear(x, weight), before * 2)
+
+
+def test_plain_weights_take_one_k_block_only():
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("torch built without oneDNN")
+    with pytest.raises(ValueError, match="K <= 512"):
+        onednn.linear(torch.randn(2, 600), torch.randn(8, 600), reordered=False)
+
+
+def test_not_available_off_cpu():
+    assert not onednn.available(torch.device("meta"))
+
+
+def test_lanes_are_numbered_busiest_first_and_groups_hold_the_working_ones():
+    plan = LanePlan.build([3, 7, 0, 2, 5], width=4, window=1, device=torch.device("cpu"))
+    assert plan.lane_steps == [7, 5, 3, 2]
+    assert plan.groups(0) == [(0, 4)]
+    assert plan.groups(2) == [(0, 3)]
+    assert plan.groups(4) == [(0, 2)]
+    assert plan.groups(4, multiple=4) == [(0, 4)]
+    assert plan.groups(6) == [(0, 1)]
+    assert plan.groups(7) == []
+    two_chunks = LanePlan.build([6, 6, 6, 6, 1, 1], width=2, window=1, device=torch.device("cpu"))
+    assert two_chunks.lane_steps == [7, 7, 6, 6] and two_chunks.busy_steps == [7, 6]
+    assert two_chunks.groups(0) == [(0, 2), (2, 2)]
+    assert two_chunks.groups(6) == [(0, 2)]
+    forward = plan.tables["forward"]
+    assert forward[6, 0] == 3 + 6  # the 7-token sentence (tokens 3..9) on lane 0
+
+
+def test_lane_multiple_keeps_gate_slices_whole_simd_blocks():
+    assert lane_multiple(4096) == 1
+    assert lane_multiple(20) == 8
+    assert all(cells * lane_multiple(cells) % 32 == 0 for cells in range(1, 100))
