@@ -26,7 +26,7 @@ from typing import Callable, List, Optional
 from tqdm import tqdm
 
 from .download import sha256_of
-from .export import LAYER_CHOICES, read_lines, write_embeddings, write_sentence_index
+from .hdf5_embeddings import LAYER_CHOICES, read_lines, write_embeddings, write_sentence_index
 from .io import atomic_write, atomic_write_json
 
 MANIFEST = "manifest.json"

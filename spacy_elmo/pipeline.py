@@ -23,11 +23,12 @@ PathLike = Union[str, Path]
 
 
 def assemble_pipeline(weights: PathLike, lang: str = "en", name: str = "elmo", version: str = "0.0.1",
-                      meta: Optional[Dict[str, Any]] = None) -> Language:
-    """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL)."""
+                      meta: Optional[Dict[str, Any]] = None, elmo_config: Optional[Dict[str, Any]] = None) -> Language:
+    """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL);
+    ``elmo_config``: more settings of the elmo component."""
     nlp = spacy.blank(lang)
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"weights": str(weights)})
+    nlp.add_pipe("elmo", config={"weights": str(weights), **(elmo_config or {})})
     nlp.initialize()
     nlp.meta.update(name=name, version=version)
     nlp.meta.update(meta or {})

@@ -4,7 +4,7 @@ import json
 import spacy
 
 from training.corpus import read_sentences
-from training.downstream_data import ewt_docs, nested_subsets, save_task_text, wnut_docs
+from training.downstream.data import ewt_docs, nested_subsets, save_task_text, wnut_docs
 
 CONLLU = """# sent_id = a
 # text = I don't know.
@@ -63,11 +63,52 @@ def test_task_text_is_a_corpus_of_the_gold_tokens(tmp_path):
     assert list(read_sentences(tmp_path / "text" / "test")) == [["C"]]
 
 
-def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monkeypatch):
-    import numpy as np
+def test_data_files_and_language_are_settings(tmp_path):
+    import typer
+    from spacy.tokens import DocBin
     from typer.testing import CliRunner
 
-    from training import downstream
+    from training.downstream.data import main
+
+    for split in ("train", "dev", "test"):
+        (tmp_path / "tags").mkdir(exist_ok=True)
+        (tmp_path / "tags" / f"{split}.conllu").write_text(CONLLU, encoding="utf-8")
+        (tmp_path / "ents").mkdir(exist_ok=True)
+        (tmp_path / "ents" / f"ner.{split}").write_text(WNUT, encoding="utf-8")
+    app = typer.Typer()
+    app.command()(main)
+    arguments = [str(tmp_path), str(tmp_path / "out"), "--lang", "de", "--upos", "tags/{split}.conllu", "--ner", "ents/ner.{split}"]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    nlp = spacy.blank("de")
+    tagged = list(DocBin().from_disk(tmp_path / "out" / "upos-test.spacy").get_docs(nlp.vocab))
+    assert [t.tag_ for t in tagged[1]] == ["INTJ", "PUNCT"]
+    entities = list(DocBin().from_disk(tmp_path / "out" / "ner-dev.spacy").get_docs(nlp.vocab))
+    assert [(e.text, e.label_) for e in entities[0].ents] == [("Empire State", "location")]
+    missing = CliRunner().invoke(app, [str(tmp_path), str(tmp_path / "out2"), "--ner", "wnut17/{split}.conll"])
+    assert missing.exit_code != 0 and "en_ewt-ud-train.conllu" in str(missing.exception), "the default files are EWT's"
+
+
+def test_typed_mix_settings_give_the_dict_that_the_extensions_read():
+    import pytest
+
+    from spacy_elmo.attributes import mix_spec
+    from spacy_elmo.mix_settings import MixSettings
+
+    assert MixSettings.average(3).as_dict() == mix_spec(3, None, 1.0, "mean", layer_norm=True)
+    assert MixSettings([0.2, 0.5, 0.3]).layer_weights == (0.2, 0.5, 0.3)
+    with pytest.raises(ValueError, match="must be finite"):
+        MixSettings((0.5, float("nan")))
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        MixSettings((1.0,), pooling="median")
+
+
+def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monkeypatch):
+    import numpy as np
+    import typer
+    from typer.testing import CliRunner
+
+    from training.downstream import report
 
     monkeypatch.chdir(tmp_path)
     metrics = tmp_path / "metrics" / "downstream"
@@ -82,7 +123,9 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
     run("upos", 1, "elmo", [0.80, 0.81, 0.82], layer_weights=[0.2, 0.5, 0.3], gamma=0.9)
     run("ner", 100, "baseline", [0.20])
     run("ner", 100, "elmo", [0.25], layer_weights=[0.3, 0.3, 0.4], gamma=1.1)
-    result = CliRunner().invoke(downstream.app, ["report", "--output", "RESULTS.md", "--results", "out"])
+    app = typer.Typer()
+    app.command()(report.main)
+    result = CliRunner().invoke(app, ["--output", "RESULTS.md", "--results", "out"])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "RESULTS.md").read_text()
     assert "| 1% | 3 | 72.00 ± 2.00 | 81.00 ± 1.00 | +9.00 |" in text

@@ -17,7 +17,8 @@ from training.batching import TokenTable, make_batch, open_streams
 from training.corpus import prepare_corpus, read_sentences
 from training.evaluate import evaluate
 from training.evaluate import main as evaluate_cli
-from training.pretrain import TrainConfig, train
+from training.pretrain import train
+from training.train_config import TrainConfig
 from training.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +119,41 @@ def test_resuming_with_other_data_streams_is_refused(corpus, tmp_path):
     train(config(corpus, max_steps=2), tmp_path / "run")
     with pytest.raises(ValueError, match="written by a run with 1 data streams; resume it with --set data_streams=1"):
         train(config(corpus, max_steps=4, data_streams=2), tmp_path / "run")
+
+
+def test_a_setting_of_the_wrong_type_is_an_error_naming_it_its_value_and_the_type(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from training.pretrain import app
+
+    with pytest.raises(typer.BadParameter, match=r"Training setting lr must be a number, got 'abc'\."):
+        TrainConfig.load(None, ["lr=abc"])
+    with pytest.raises(typer.BadParameter, match=r"max_steps must be an integer, got 1\.5\."):
+        TrainConfig.load(None, ["max_steps=1.5"])
+    with pytest.raises(typer.BadParameter, match=r"bf16 must be true or false, got 1\."):
+        TrainConfig.load(None, ["bf16=1"])
+    (tmp_path / "config.json").write_text('{"init_from": 3}')
+    with pytest.raises(typer.BadParameter, match=r"init_from must be a string or null, got 3\."):
+        TrainConfig.load(tmp_path / "config.json", [])
+    loaded = TrainConfig.load(None, ["max_minutes=9", "init_from=null", "model={\"n_layers\": 1}"])
+    assert (loaded.max_minutes, loaded.init_from, loaded.model) == (9, None, {"n_layers": 1}), "an integer is a number"
+    result = CliRunner().invoke(app, ["--output", str(tmp_path / "run"), "--set", "lr=abc"])
+    assert result.exit_code == 2 and "lr must be a number, got 'abc'" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_optimizer_or_softmax_names_the_known_ones():
+    from spacy_elmo.bilm import BiLM
+    from spacy_elmo.config import BiLMConfig
+    from training.objective import LanguageModelLoss
+    from training.optimizers import make_optimizer
+
+    with pytest.raises(ValueError, match=r"optimizer must be one of \('adagrad', 'adam'\), got 'sgd'\."):
+        make_optimizer("sgd", [torch.nn.Parameter(torch.zeros(2))], 0.1)
+    bilm = BiLM(BiLMConfig.preset("tiny", vocab_size=10))
+    with pytest.raises(ValueError, match=r"softmax must be one of \('full', 'sampled'\), got 'hierarchical'\."):
+        LanguageModelLoss(bilm, "hierarchical")
 
 
 def pretrain_command(corpus, run, **settings):

@@ -223,3 +223,15 @@ def batches_in_order(sentences: Iterable[np.ndarray], table: TokenTable, batch_t
     if current:
         batches.append(make_batch(current, table))
     return batches
+
+
+def dev_batches(corpus: Path, table: TokenTable, max_tokens: int, batch_tokens: int) -> List[TrainingBatch]:
+    """The first ``max_tokens`` tokens of the corpus' dev split, in batches (the same every evaluation)."""
+    sentences = SentenceArray.from_shards(shard_paths(corpus / "dev"), table)
+    chosen, total = [], 0
+    for index in range(len(sentences)):
+        if total >= max_tokens:
+            break
+        chosen.append(sentences.sentence(index))
+        total += len(chosen[-1]) + 2
+    return batches_in_order(chosen, table, batch_tokens)

@@ -25,8 +25,7 @@ from spacy_elmo.weights import load_bilm
 from .batching import TokenTable, TrainingBatch, batches_in_order
 from .checkpoint import resolve_checkpoint
 from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
-from .objective import LanguageModelLoss
-from .pretrain import perplexity
+from .objective import LanguageModelLoss, perplexity
 from spacy_elmo.io import atomic_write_text
 
 from .vocab import Vocabulary

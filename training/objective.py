@@ -1,35 +1,35 @@
 """The paper's pretraining objective: the log likelihood of a forward and a backward language model
-that share the token representation and the softmax but keep separate LSTMs."""
+that share the token representation and the softmax but keep separate LSTMs; and the perplexity
+it amounts to on held-out batches."""
 from __future__ import annotations
 
-from typing import Tuple
+import math
+from typing import Dict, List, Tuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spacy_elmo.bilm import BiLM
+from spacy_elmo.choices import choose
 
 from .batching import TrainingBatch
-from .softmax import LogUniformSampler, full_nll, sampled_nll
-
-SOFTMAXES = ("full", "sampled")
+from .softmax import SOFTMAXES, full_nll
 
 
 class LanguageModelLoss(nn.Module):
     """BiLM with an LM head -> summed NLL of the forward and of the backward predictions.
 
-    softmax: "full", or "sampled" with ``n_samples`` log-uniform candidates per batch (training
-    only; evaluation always uses the full softmax).
+    softmax: a name in ``training.softmax.SOFTMAXES``: "full", or "sampled" with ``n_samples``
+    log-uniform candidates per batch (training only; evaluation always uses the full softmax).
     """
 
     def __init__(self, bilm: BiLM, softmax: str = "full", n_samples: int = 8192) -> None:
         super().__init__()
         if bilm.lm_head is None:
             raise ValueError("The biLM has no LM head (vocab_size = 0); build it with the vocabulary's size.")
-        if softmax not in SOFTMAXES:
-            raise ValueError(f"softmax must be one of {SOFTMAXES}, got {softmax!r}.")
+        self.training_nll = choose(SOFTMAXES, "softmax", softmax)(bilm.config.vocab_size, n_samples)
         self.bilm, self.softmax, self.n_samples = bilm, softmax, n_samples
-        self.sampler = LogUniformSampler(bilm.config.vocab_size) if softmax == "sampled" else None
 
     def forward(self, batch: TrainingBatch) -> Tuple[Tensor, Tensor]:
         """Returns (forward NLL sum, backward NLL sum), each over batch.n_targets predictions."""
@@ -44,6 +44,26 @@ class LanguageModelLoss(nn.Module):
         return self.nll(forward_hidden, forward_targets), self.nll(backward_hidden, backward_targets)
 
     def nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        if self.softmax == "sampled" and self.training:
-            return sampled_nll(self.bilm.lm_head, hidden, targets, self.sampler, self.n_samples)
-        return full_nll(self.bilm.lm_head, hidden, targets, chunk=0 if self.training else 2048)
+        """hidden (M, P), targets (M,) -> summed NLL: the configured softmax in training, else the
+        full one (its logits computed 2048 rows at a time)."""
+        if self.training:
+            return self.training_nll(self.bilm.lm_head, hidden, targets)
+        return full_nll(self.bilm.lm_head, hidden, targets, chunk=2048)
+
+
+@torch.no_grad()
+def perplexity(loss_module: LanguageModelLoss, batches: List[TrainingBatch], device: torch.device) -> Dict[str, float]:
+    """Full-softmax perplexity: forward, backward and their average (exp of the mean NLL of both)."""
+    was_training = loss_module.training
+    loss_module.eval()
+    forward = backward = targets = 0.0
+    for batch in batches:
+        nll_forward, nll_backward = loss_module(batch.to(device))
+        forward, backward, targets = forward + float(nll_forward), backward + float(nll_backward), targets + batch.n_targets
+    loss_module.train(was_training)
+    return {
+        "forward": math.exp(forward / targets),
+        "backward": math.exp(backward / targets),
+        "average": math.exp((forward + backward) / (2 * targets)),
+        "targets": int(targets),
+    }

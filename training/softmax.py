@@ -5,10 +5,13 @@
 - ``sampled_nll``: sampled softmax (Jean et al., 2015) with the log-uniform (Zipfian) sampler of
   the original biLM: one set of candidates per batch, logits corrected by the log of each
   candidate's expected count, accidental hits removed.
+
+``SOFTMAXES`` names the ones training can use (``TrainConfig.softmax``).
 """
 from __future__ import annotations
 
 import math
+from typing import Callable, Dict
 
 import torch
 import torch.nn.functional as F
@@ -52,3 +55,20 @@ def sampled_nll(head: LMHead, hidden: Tensor, targets: Tensor, sampler: LogUnifo
     sampled_logits = sampled_logits.masked_fill(accidental, float("-inf"))
     logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1).float()
     return -F.log_softmax(logits, dim=1)[:, 0].sum()
+
+
+# The NLL that training minimizes: (head, hidden (M, P), targets (M,)) -> summed NLL, a scalar.
+TrainingNll = Callable[[LMHead, Tensor, Tensor], Tensor]
+
+
+def _full_softmax(vocab_size: int, n_samples: int) -> TrainingNll:
+    return full_nll
+
+
+def _sampled_softmax(vocab_size: int, n_samples: int) -> TrainingNll:
+    sampler = LogUniformSampler(vocab_size)
+    return lambda head, hidden, targets: sampled_nll(head, hidden, targets, sampler, n_samples)
+
+
+# name -> (vocab_size, n_samples) -> the training NLL.
+SOFTMAXES: Dict[str, Callable[[int, int], TrainingNll]] = {"full": _full_softmax, "sampled": _sampled_softmax}

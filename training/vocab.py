@@ -42,9 +42,6 @@ class Vocabulary:
     def id(self, word: str) -> int:
         return self.index.get(word, 2)
 
-    def ids(self, words: Sequence[str]) -> List[int]:
-        return [self.index.get(word, 2) for word in words]
-
     @classmethod
     def from_sentences(cls, sentences: Iterable[Sequence[str]], max_size: int, min_count: int = 1) -> "Vocabulary":
         """The ``max_size - 3`` most frequent words with at least ``min_count`` occurrences."""

@@ -11,7 +11,7 @@ The words and sentence pairs come from a table per language (the pipeline's ``la
 language without one, the most frequent content words of the reference text stand in and there
 are no sentence pairs.
 
-    python -m training.demo packages/ --name en_elmo_sample --corpus corpus/test --top-up corpus/train --output metrics/demo.txt
+    python -m training.packaging.demo packages/ --name en_elmo_sample --corpus corpus/test --top-up corpus/train --output metrics/demo.txt
 """
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ import numpy as np
 import typer
 from spacy.tokens import Doc
 
-from .corpus import read_sentences
 from spacy_elmo.io import atomic_write_text
+
+from ..corpus import read_sentences
 
 
 class DemoText(NamedTuple):
@@ -188,10 +189,10 @@ def word_and_sentence_report(nlp, mixed, static, labels, k: int, n_words: int, r
         return polysemy_report(mixed, static, labels, k, n_words, table.polysemous, reference) + similarity_report(nlp, table.pairs)
     words = frequent_content_words(labels, nlp.Defaults.stop_words, 50)
     return [
-        f"(no word list for language '{nlp.lang}' in training/demo.py DEMO_TEXT: showing the most frequent content words of the reference text)",
+        f"(no word list for language '{nlp.lang}' in training/packaging/demo.py DEMO_TEXT: showing the most frequent content words of the reference text)",
         "",
         *polysemy_report(mixed, static, labels, k, n_words, words, reference),
-        f"(no sentence pairs for language '{nlp.lang}': add them to DEMO_TEXT in training/demo.py)",
+        f"(no sentence pairs for language '{nlp.lang}': add them to DEMO_TEXT in training/packaging/demo.py)",
     ]
 
 

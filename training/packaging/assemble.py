@@ -1,23 +1,29 @@
 """Assemble a spaCy pipeline around a trained biLM: a blank pipeline of the corpus' language, a
 sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` component.
 
-    python -m training.assemble runs/elmo/bilm pipelines/elmo --lang en --name elmo_sample --version 0.0.1
+    python -m training.packaging.assemble runs/elmo/bilm pipelines/elmo --lang en --name elmo_sample --version 0.0.1
+
+training.downstream.pipeline assembles the pipeline its task models train with here too.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Dict, Optional
 
 import typer
 
 from spacy_elmo.pipeline import assemble_pipeline
 
 
-def assemble(weights: Path, output: Path, lang: str = "en", name: str = "elmo", version: str = "0.0.1", perplexity: Path = None):
+def assemble(weights: Path, output: Path, lang: str = "en", name: str = "elmo", version: str = "0.0.1", perplexity: Optional[Path] = None,
+             elmo_config: Optional[Dict[str, Any]] = None):
+    """The pipeline, saved to ``output``; ``perplexity``: the evaluate step's JSON, recorded in
+    meta.json; ``elmo_config``: more settings of the elmo component."""
     meta = {"description": f"ELMo contextual vectors from a biLM pretrained with spacy-elmo ({weights})."}
     if perplexity and Path(perplexity).is_file():
         meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
-    nlp = assemble_pipeline(weights, lang, name, version, meta)
+    nlp = assemble_pipeline(weights, lang, name, version, meta, elmo_config)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)
     return nlp

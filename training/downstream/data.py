@@ -7,7 +7,11 @@
   fine-tuning the biLM on the tasks' domain (Peters et al. 2018, Section 3.4). Only the train split
   is trained on; dev picks the checkpoint and test is reported.
 
-    python -m training.downstream_data DATA_DIR OUT_DIR
+    python -m training.downstream.data DATA_DIR OUT_DIR
+    python -m training.downstream.data DATA_DIR OUT_DIR --lang en --upos "ud-english-ewt/en_ewt-ud-{split}.conllu" --ner "wnut17/{split}.conll"
+
+The files are given relative to DATA_DIR, with ``{split}`` for train, dev and test; the language
+is the blank pipeline's whose vocabulary the docs use.
 """
 from __future__ import annotations
 
@@ -20,10 +24,12 @@ import spacy
 import typer
 from spacy.tokens import Doc, DocBin
 
-from .corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
 from spacy_elmo.io import atomic_write_text
 
+from ..corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
+
 FRACTIONS = (1, 10, 100)
+SPLITS = ("train", "dev", "test")
 
 
 def ewt_docs(path: Path, vocab) -> List[Doc]:
@@ -105,19 +111,19 @@ def save(docs: Sequence[Doc], path: Path) -> Tuple[int, int]:
 
 def main(data: Path = typer.Argument(..., help="The shared data folder (ud-english-ewt/, wnut17/)."),
          output: Path = typer.Argument(..., help="Where the .spacy files go."),
-         seed: int = typer.Option(0, help="Seed of the training subsets.")) -> None:
-    vocab = spacy.blank("en").vocab
-    ewt = data / "ud-english-ewt"
-    train = ewt_docs(ewt / "en_ewt-ud-train.conllu", vocab)
-    for fraction, docs in nested_subsets(train, FRACTIONS, seed).items():
+         seed: int = typer.Option(0, help="Seed of the training subsets."),
+         lang: str = typer.Option("en", help="Language of the blank pipeline whose vocabulary the docs use."),
+         upos: str = typer.Option("ud-english-ewt/en_ewt-ud-{split}.conllu", help="The UPOS CoNLL-U files in DATA, {split}: train, dev, test."),
+         ner: str = typer.Option("wnut17/{split}.conll", help="The NER files (token<TAB>IOB tag) in DATA, {split}: train, dev, test.")) -> None:
+    vocab = spacy.blank(lang).vocab
+    upos_docs = {split: ewt_docs(data / upos.format(split=split), vocab) for split in SPLITS}
+    for fraction, docs in nested_subsets(upos_docs["train"], FRACTIONS, seed).items():
         typer.echo(f"upos train {fraction}%: {save(docs, output / f'upos-train-{fraction}.spacy')}")
-    text = {"train": list(train)}
     for split in ("dev", "test"):
-        docs = ewt_docs(ewt / f"en_ewt-ud-{split}.conllu", vocab)
-        text[split] = list(docs)
-        typer.echo(f"upos {split}: {save(docs, output / f'upos-{split}.spacy')}")
-    for split in ("train", "dev", "test"):
-        docs = wnut_docs(data / "wnut17" / f"{split}.conll", vocab)
+        typer.echo(f"upos {split}: {save(upos_docs[split], output / f'upos-{split}.spacy')}")
+    text = {split: list(docs) for split, docs in upos_docs.items()}
+    for split in SPLITS:
+        docs = wnut_docs(data / ner.format(split=split), vocab)
         text[split].extend(docs)
         typer.echo(f"ner {split}: {save(docs, output / f'ner-{split}.spacy')}")
     splits = save_task_text(text, output / "text")["splits"]

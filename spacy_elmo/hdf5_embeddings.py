@@ -4,13 +4,21 @@ from line text to dataset name. ``corpus_embed`` runs this over a whole file in 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Callable, Dict, Iterator, List
 
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
-LAYER_CHOICES = ("all", "top", "average")
+from .choices import choose
+
+# What is stored per line, from its layers (L+1, T, 2P).
+LAYER_SELECTIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "all": lambda data: data,  # (L+1, T, 2P)
+    "top": lambda data: data[-1],  # (T, 2P)
+    "average": lambda data: data.mean(axis=0),  # (T, 2P)
+}
+LAYER_CHOICES = tuple(LAYER_SELECTIONS)
 
 
 def write_embeddings(nlp: Language, lines: List[str], path: Path, first_index: int = 0, layers: str = "all",
@@ -23,11 +31,10 @@ def write_embeddings(nlp: Language, lines: List[str], path: Path, first_index: i
     """
     import h5py
 
-    if layers not in LAYER_CHOICES:
-        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}.")
+    select = choose(LAYER_SELECTIONS, "layers", layers)
     with h5py.File(path, "w") as output:
         for index, doc in enumerate(nlp.pipe(_docs(nlp, lines, tokenized), batch_size=batch_size)):
-            output.create_dataset(str(first_index + index), data=_select(doc._.elmo_data, layers))
+            output.create_dataset(str(first_index + index), data=select(doc._.elmo_data))
             on_line()
 
 
@@ -44,14 +51,6 @@ def read_lines(source: Path) -> List[str]:
 def _docs(nlp: Language, lines: List[str], tokenized: bool) -> Iterator[Doc]:
     for line in lines:
         yield Doc(nlp.vocab, words=line.split()) if tokenized else nlp.make_doc(line)
-
-
-def _select(data: np.ndarray, layers: str) -> np.ndarray:
-    if layers == "top":
-        return data[-1]
-    if layers == "average":
-        return data.mean(axis=0)
-    return data
 
 
 def write_sentence_index(output, lines: List[str]) -> None:

@@ -1,0 +1,14 @@
+"""Downstream evaluation of a biLM: the paper's claims, measured (project.yml workflow
+``downstream``). Each step is a command module, run as ``python -m training.downstream.MODULE``:
+
+- data: the task data as spaCy DocBins (UPOS from CoNLL-U, entities from WNUT-17 style files;
+  nested training subsets) and the tasks' unlabeled text as a corpus for fine-tuning the biLM.
+- pipeline: the biLM as the frozen elmo component the task models train with.
+- tasks: ``spacy train`` runs, baseline vs +ELMo, scored on test, mean over seeds.
+- wic: WiC accuracy from ELMo alone, per layer and per mix.
+- similarity: word similarity (Spearman) per layer and per mix.
+- report: RESULTS.md, bench/results/downstream.json and the plot of the learned layer weights.
+
+Shared: metrics (where scores go, metrics/downstream/) and vectors (the ELMo vectors of words, the
+mixes compared).
+"""

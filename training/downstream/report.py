@@ -1,0 +1,179 @@
+"""The report of the downstream evaluation: metrics/downstream/*.json (training.downstream.tasks,
+wic, similarity) and what the biLM is (its run's config, log and perplexity) into RESULTS.md,
+bench/results/downstream.json and a plot of the layer weights each task learned.
+
+    python -m training.downstream.report --bilm runs/elmo --perplexity metrics/perplexity.json
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import typer
+
+from spacy_elmo.io import atomic_write_text
+
+from .metrics import METRICS, load_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+
+
+def _shown(path: str) -> str:
+    """A path as the reader can use it: relative to the repository when inside it or beside it."""
+    relative = os.path.relpath(Path(path).resolve(), ROOT)
+    return relative if not relative.startswith(os.path.join("..", "..")) else str(path)
+
+
+def _corpus_origin(corpus: Path) -> str:
+    """The corpus directory, and the text files its training split was made from."""
+    manifest = corpus / "manifest.json"
+    sources = json.loads(manifest.read_text())["splits"].get("train", {}).get("sources", []) if manifest.exists() else []
+    return _shown(str(corpus)) + (f", made from {', '.join(_shown(s) for s in sources)}" if sources else "")
+
+
+def _run_summary(run: Path) -> Tuple[Dict, Dict, Dict]:
+    """A training run's report entry, its training config, and its last logged step."""
+    train = json.loads((run / "train-config.json").read_text())
+    last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line][-1]
+    return {"run": str(run), "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}, train, last
+
+
+def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
+    """What the report says about the biLM: its sizes, training data and perplexity."""
+    config = json.loads((run / "bilm" / "config.json").read_text())["config"]
+    info, train, _ = _run_summary(run)
+    info["config"] = config
+    text = (f"`{train['preset']}` preset ({config['n_layers']} x {config['lstm_dim']} LSTM cells, projection {config['projection_dim']}, "
+            f"{sum(n for _, n in config['filters'])} char filters), pretrained for {info['minutes']:.0f} minutes on this 2-core CPU "
+            f"({info['tokens_seen']:,} tokens of {_corpus_origin(Path(train['corpus']))})")
+    if perplexity and Path(perplexity).exists():
+        scores = json.loads(Path(perplexity).read_text())
+        info["perplexity"] = scores
+        text += f"; test perplexity {scores['perplexity']:.1f} (a unigram model: {scores['unigram_perplexity']:.1f})"
+    info["description"] = text + "."
+    return info
+
+
+def describe_finetuning(run: Path, perplexity: Optional[Path], before: Optional[Path]) -> Dict:
+    """What the report says about fine-tuning the biLM on the tasks' unlabeled text."""
+    info, train, last = _run_summary(run)
+    manifest = json.loads((Path(train["corpus"]) / "manifest.json").read_text())
+    text = (f"Then fine-tuned for {info['minutes']:.0f} minutes ({last['step']} steps, {last['tokens']:,} tokens) on the tasks' "
+            f"unlabeled training text ({manifest['splits']['train']['tokens']:,} tokens of EWT + WNUT train; the paper's section 3.4), "
+            f"and frozen")
+    if perplexity and Path(perplexity).exists():
+        info["perplexity"] = json.loads(Path(perplexity).read_text())
+        text += f"; perplexity on the tasks' test text {info['perplexity']['perplexity']:.1f}"
+        if before and Path(before).exists():
+            info["perplexity_before"] = json.loads(Path(before).read_text())
+            text += f" (before fine-tuning {info['perplexity_before']['perplexity']:.1f})"
+    info["description"] = text + "."
+    return info
+
+
+def main(bilm: Optional[Path] = typer.Option(None, help="The biLM's run directory (runs/elmo)."),
+         perplexity: Optional[Path] = typer.Option(None, help="Its evaluate JSON."),
+         task_bilm: Optional[Path] = typer.Option(None, help="The run that fine-tuned it on the tasks' text, if any."),
+         task_perplexity: Optional[Path] = typer.Option(None, help="That run's evaluate JSON on the tasks' test text."),
+         task_perplexity_before: Optional[Path] = typer.Option(None, help="The pretrained biLM's, on the same text."),
+         output: Path = typer.Option(Path("RESULTS.md")),
+         results: Path = typer.Option(RESULTS, help="Where downstream.json and the plot go.")) -> None:
+    """Collect metrics/downstream/*.json into RESULTS.md, bench/results/downstream.json and
+    bench/results/downstream-layer-weights.png."""
+    runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
+    wic_scores, similarity_scores = load_metrics("wic"), load_metrics("similarity")
+    info = describe_bilm(bilm, perplexity) if bilm else {}
+    if task_bilm:
+        info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
+        info["description"] = f"{info.get('description', '')} {info['finetuning']['description']}".strip()
+    results.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(results / "downstream.json", json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n")
+    plot = _plot_weights(runs, results / "downstream-layer-weights.png")
+    atomic_write_text(output, _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent))
+    typer.echo(f"Wrote {output}")
+
+
+def _plot_weights(runs: Dict, path: Path) -> Optional[Path]:
+    learned = {f"{r['task'].upper()} ({r['size']}%)": r["layer_weights"] for r in runs.values() if "layer_weights" in r}
+    if not learned:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    n_layers = len(next(iter(learned.values())))
+    bar = 0.8 / len(learned)
+    for k, (name, weights) in enumerate(sorted(learned.items())):
+        ax.bar(np.arange(n_layers) + k * bar, weights, bar, label=name)
+    ax.axhline(1 / n_layers, color="grey", linestyle=":", label="plain average")
+    ax.set_xticks(np.arange(n_layers) + bar * (len(learned) - 1) / 2)
+    ax.set_xticklabels(["layer 0 (char CNN)"] + [f"LSTM layer {j}" for j in range(1, n_layers)])
+    ax.set_ylabel("softmax(s_task)")
+    ax.set_title("Layer weights learned by each task (cf. Figure 2 of the paper)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _reproduce(info: Dict) -> str:
+    run = _shown(info.get("run", "runs/elmo"))
+    text = f"Reproduce: `python -m spacy project run downstream . --vars.run {run}` (see project.yml)"
+    if run.startswith("bench/out/run-"):
+        text += ", after `python bench/bench_pretrain.py` made that biLM"
+    return text + "; each command is also at the top of its module in training/downstream/."
+
+
+def _score(run: Dict) -> str:
+    seeds = run.get("seed_scores", [run["score"]])
+    return f"{100 * run['score']:.2f}" + (f" ± {100 * run['score_std']:.2f}" if len(seeds) > 1 else "")
+
+
+def _seeds(*compared: Dict) -> str:
+    return "/".join(sorted({str(len(run.get("seed_scores", [0]))) for run in compared}))
+
+
+def _markdown(runs: Dict, wic_scores: Dict, similarity_scores: Dict, info: Dict, plot: Optional[Path], home: Path) -> str:
+    lines = ["# Results: ELMo in downstream models", ""]
+    if info:
+        lines += [f"biLM: {info.get('description', '')}", ""]
+    lines += ["## 1. UPOS accuracy on UD English-EWT test (tagger; same model, budget and seeds with and without ELMo)", "",
+              "Mean over seeds (± sample standard deviation); the model of each seed is the best on dev.", "",
+              "| training data | seeds | baseline | +ELMo | difference |", "|---|---:|---:|---:|---:|"]
+    for size in (1, 10, 100):
+        base, elmo = runs.get(f"upos-{size}-baseline"), runs.get(f"upos-{size}-elmo")
+        if base and elmo:
+            lines.append(f"| {size}% | {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |")
+    base, elmo = runs.get("ner-100-baseline"), runs.get("ner-100-elmo")
+    lines += ["", "## 2. WNUT-17 entity F1 (test)", "", "| seeds | baseline | +ELMo | difference |", "|---:|---:|---:|---:|"]
+    if base and elmo:
+        lines.append(f"| {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |")
+    lines += ["", "## 3. WiC test accuracy from ELMo alone (cosine of the target's vectors, threshold tuned on dev)", "",
+              "The WiC paper's ELMo-based figure is about 57.7; chance is 50.", "", "| vectors | dev | test |", "|---|---:|---:|"]
+    for name, scores in wic_scores.items():
+        lines.append(f"| {name} | {100 * scores['dev_accuracy']:.1f} | {100 * scores['test_accuracy']:.1f} |")
+    lines += ["", "## 4. Learned layer weights", ""]
+    for run in sorted((r for r in runs.values() if "layer_weights" in r), key=lambda r: (r["task"], r["size"])):
+        weights = ", ".join(f"{w:.3f}" for w in run["layer_weights"])
+        lines.append(f"- {run['task'].upper()} {run['size']}%: softmax(s) = [{weights}], gamma = {run['gamma']:.3f}")
+    if plot:
+        lines += ["", f"![layer weights]({Path(os.path.relpath(plot.resolve(), home.resolve())).as_posix()})"]
+    lines += ["", "## 5. Word similarity (Spearman's rho; each word alone between <S> and </S>)", ""]
+    if similarity_scores:
+        kinds = [k for k in next(iter(similarity_scores.values())) if k != "pairs"]
+        lines += ["| data set | pairs | " + " | ".join(kinds) + " |", "|---|---:|" + "---:|" * len(kinds)]
+        for name, scores in similarity_scores.items():
+            lines.append(f"| {name} | {scores['pairs']} | " + " | ".join(f"{scores[k]:.3f}" for k in kinds) + " |")
+    lines += ["", _reproduce(info), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,45 @@
+"""The ELMo vectors that WiC and word similarity compare: every layer of a word, read in its
+sentence or alone between <S> and </S>, and mixes of the layers (the average, and the mix each
+task learned in training.downstream.tasks)."""
+from __future__ import annotations
+
+import json
+from typing import Dict, List
+
+import numpy as np
+from spacy.tokens import Doc
+
+from spacy_elmo.attributes import mix_layers
+from spacy_elmo.mix_settings import MixSettings
+
+from .metrics import METRICS
+
+
+def word_layers(nlp, sentences: List[List[str]]) -> List[np.ndarray]:
+    """(L+1, T, 2P) per sentence, each read as one sentence."""
+    docs = nlp.pipe(Doc(nlp.vocab, words=words, sent_starts=[True] + [False] * (len(words) - 1)) for words in sentences)
+    return [doc._.elmo_data for doc in docs]
+
+
+def compared_mixes(n_layers: int) -> Dict[str, MixSettings]:
+    """The average of the layers, and the mix learned by each task trained on all its data."""
+    mixes = {"mix: average": MixSettings.average(n_layers)}
+    for path in sorted(METRICS.glob("*-elmo.json")):
+        result = json.loads(path.read_text())
+        if result["size"] == 100 and "layer_weights" in result:
+            mixes[f"mix learned by {result['task']}"] = MixSettings(result["layer_weights"])
+    return mixes
+
+
+def representations(layers: np.ndarray, mixes: Dict[str, MixSettings]) -> Dict[str, np.ndarray]:
+    """One word's layers (L+1, 2P) -> the vectors compared (2P,): each layer alone, and each mix."""
+    out = {f"layer {j}": layers[j] for j in range(layers.shape[0])}
+    for name, mix in mixes.items():
+        out[name] = mix_layers(layers[:, None], mix.as_dict())[0]
+    return out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """0.0 when either vector is all zeros."""
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b) / norms) if norms else 0.0
