@@ -4,7 +4,8 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).parent
 version = next(
-    line.split('"')[1] for line in (ROOT / "spacy_elmo" / "__init__.py").read_text().splitlines()
+    line.split('"')[1]
+    for line in (ROOT / "spacy_elmo" / "__init__.py").read_text().splitlines()
     if line.startswith("__version__")
 )
 
@@ -35,9 +36,16 @@ setup(
         "cuda12x": ["cupy-cuda12x>=12"],
         "train": ["matplotlib>=3.5", "gensim>=4.3"],
         "dev": [
-            "pytest>=7", "h5py>=3.8", "hypothesis>=6", "matplotlib>=3.5", "gensim>=4.3", "build>=1.0",
+            "pytest>=7",
+            "h5py>=3.8",
+            "hypothesis>=6",
+            "matplotlib>=3.5",
+            "gensim>=4.3",
+            "build>=1.0",
+            "ruff>=0.8,<0.16",  # lint and format (pyproject.toml), checked by .ci/run
             # the reference for the ELMoForManyLangs parity tests; its Highway breaks on overrides>=4
-            "elmoformanylangs==0.0.4.post2", "overrides<4",
+            "elmoformanylangs==0.0.4.post2",
+            "overrides<4",
         ],
     },
     entry_points={

@@ -8,11 +8,11 @@ batch of real sentences, each fast path next to a straightforward step loop meas
 Every configuration runs in its own process (clean peak memory). Writes bench/results/bilm-<device>.json,
 a bar chart next to it, and the device's section of BENCHMARKS.md.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import resource
 import statistics
@@ -21,8 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from report import SHARED
+
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "data" / "corpus"
 RESULTS = ROOT / "bench" / "results"
 AIM_CPU, AIM_GPU = 500, 300_000
 
@@ -49,7 +51,9 @@ def load_sentences(count: int, seed: int = 0):
     sentences = [[t.text for t in sent if not t.is_space] for doc in nlp.pipe(lines) for sent in doc.sents]
     sentences = [s for s in sentences if 0 < len(s) <= 100]
     chosen = random.Random(seed).sample(sentences, min(count, len(sentences)))
-    warm_lines = [line for line in (CORPUS / "train.txt").read_text(encoding="utf-8").splitlines() if line.strip()][:2000]
+    warm_lines = [line for line in (CORPUS / "train.txt").read_text(encoding="utf-8").splitlines() if line.strip()][
+        :2000
+    ]
     warm_words = sorted({t.text for doc in nlp.tokenizer.pipe(warm_lines) for t in doc if not t.is_space})
     return chosen, warm_words
 
@@ -58,7 +62,6 @@ def worker(spec: dict) -> dict:
     import copy
 
     import torch
-
     from naive_bilm import naive_forward, naive_token_representations
 
     from spacy_elmo import BiLM, BiLMConfig, embed_sentences
@@ -163,25 +166,30 @@ def _rss_mb() -> float:
 def machine(device: str, threads: int) -> str:
     import torch
 
+    from spacy_elmo.machine import cpu_description
+
     if device == "cuda":
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("model name")), platform.processor())
-    import os
-
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return f"{cpu} ({os.cpu_count()} cores, {simd}), {threads} threads, torch {torch.__version__}"
+    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
 
 
 def run_all(args) -> list:
     configs = list(CONFIGS)
     if args.device == "cuda":
-        configs = [c for c in configs if c[1] != "naive" or c[2]] + [("fused kernel, unclipped, bf16 autocast", "fused", False, True)]
+        configs = [c for c in configs if c[1] != "naive" or c[2]] + [
+            ("fused kernel, unclipped, bf16 autocast", "fused", False, True)
+        ]
     reports = []
     for name, path, clipped, cache in configs:
         spec = {
-            "name": name, "path": path, "clipped": clipped, "cache": cache, "device": args.device,
-            "threads": args.threads, "sentences": args.sentences, "repeats": args.repeats,
+            "name": name,
+            "path": path,
+            "clipped": clipped,
+            "cache": cache,
+            "device": args.device,
+            "threads": args.threads,
+            "sentences": args.sentences,
+            "repeats": args.repeats,
             "dtype": "bf16" if "bf16" in name else "fp32",
         }
         print(f"... {name}", flush=True)
@@ -197,7 +205,11 @@ def run_all(args) -> list:
 def write_outputs(reports: list, args) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"bilm-{args.device}"
-    header = {"machine": machine(args.device, args.threads), "date": time.strftime("%Y-%m-%d"), "command": " ".join(["python", "bench/bench_bilm.py", *sys.argv[1:]])}
+    header = {
+        "machine": machine(args.device, args.threads),
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["python", "bench/bench_bilm.py", *sys.argv[1:]]),
+    }
     stem.with_suffix(".json").write_text(json.dumps({**header, "results": reports}, indent=2) + "\n")
     _plot(reports, stem.with_suffix(".png"), AIM_GPU if args.device == "cuda" else AIM_CPU, header["machine"])
     _update_markdown(reports, header, args)
@@ -239,7 +251,8 @@ def _update_markdown(reports, header, args) -> None:
         f"the whole run. Mean abs top layer: the same in every row means every path computed the same "
         f"numbers. Command: `{header['command']}`.",
         "",
-        "| configuration | tokens/s | vs straightforward | char stage share | peak RSS (MB) | cache hit rate | mean abs top layer |",
+        "| configuration | tokens/s | vs straightforward | char stage share | peak RSS (MB) | cache hit rate | mean "
+        "abs top layer |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     baselines = {r["clipped"]: r["tokens_per_s"] for r in reports if r["path"] == "naive"}
@@ -248,7 +261,8 @@ def _update_markdown(reports, header, args) -> None:
         hit = f"{r['cache_hit_rate']:.1%}" if r.get("cache_hit_rate") is not None else "-"
         memory = f"{r['peak_gpu_mb']:.0f} (GPU)" if "peak_gpu_mb" in r else f"{r['peak_rss_mb']:.0f}"
         lines.append(
-            f"| {r['name']} | {r['tokens_per_s']:,.0f} | {speedup:.1f}x | {r['char_stage_share']:.0%} | {memory} | {hit} | {r['check']:.6f} |"
+            f"| {r['name']} | {r['tokens_per_s']:,.0f} | {speedup:.1f}x | {r['char_stage_share']:.0%} | {memory} | "
+            f"{hit} | {r['check']:.6f} |"
         )
     lines += ["", f"![biLM inference]({Path('bench/results') / f'bilm-{args.device}.png'})", ""]
     from report import write_section
@@ -262,11 +276,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--peer", help="the peer's folder (../shared/tools/peer-allennlp/setup.sh): run bench_peer.py instead")
+    parser.add_argument(
+        "--peer", help="the peer's folder (../shared/tools/peer-allennlp/setup.sh): run bench_peer.py instead"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
-        subprocess.run([sys.executable, str(Path(__file__).with_name("bench_peer.py")), args.peer, "--threads", str(args.threads)], check=True)
+        subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("bench_peer.py")), args.peer, "--threads", str(args.threads)],
+            check=True,
+        )
         return
     if args.worker:
         print(json.dumps(worker(json.loads(args.worker))))

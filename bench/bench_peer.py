@@ -8,11 +8,13 @@ Workloads: 1 sentence (20 words), 16 and 64 sentences (the fixture's sentences, 
 own benchmark) and 1,000 sentences of real text (shared/data/corpus/valid.txt, spaCy's tokenizer).
 Ours runs the `elmo` component end to end (`nlp.pipe`, spaCy's Doc handling included) on the
 converted full-size random weights (93.6M parameters, original clipping), in exact fp32 and in the
-opt-in bf16 (with its error against fp32); the peer runs `Elmo` in batches of 64. "cache warm": ours starts from a token cache holding the workload's words, the peer
-uses `vocab_to_cache` with the same words. Each configuration runs in its own process (its own peak
+opt-in bf16 (with its error against fp32); the peer runs `Elmo` in batches of 64. "cache warm":
+ours starts from a token cache holding the workload's words, the peer uses `vocab_to_cache` with
+the same words. Each configuration runs in its own process (its own peak
 RSS). Writes bench/results/peer-cpu.json and .png and the peer section of BENCHMARKS.md, with the
 CPU model, the measured GEMM rate and the fp32 roof it implies.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +28,9 @@ import time
 from pathlib import Path
 
 from bench_bilm import load_sentences
-from report import write_section
+from report import SHARED, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
 CORPUS = SHARED / "data" / "corpus"
 PEER_TOOLS = SHARED / "tools" / "peer-allennlp"
@@ -95,8 +96,15 @@ def error_against_fp32(bilm, sentences, precision: str) -> list:
     bilm.precision = precision
     reduced = np.concatenate(embed_sentences(bilm, sentences), axis=1)
     cosine = (exact * reduced).sum(-1) / (np.linalg.norm(exact, axis=-1) * np.linalg.norm(reduced, axis=-1))
-    return [{"max_abs": float(np.abs(exact[j] - reduced[j]).max()), "max_abs_fp32": float(np.abs(exact[j]).max()),
-             "min_cosine": float(cosine[j].min()), "mean_cosine": float(cosine[j].mean())} for j in range(exact.shape[0])]
+    return [
+        {
+            "max_abs": float(np.abs(exact[j] - reduced[j]).max()),
+            "max_abs_fp32": float(np.abs(exact[j]).max()),
+            "min_cosine": float(cosine[j].min()),
+            "mean_cosine": float(cosine[j].mean()),
+        }
+        for j in range(exact.shape[0])
+    ]
 
 
 def run_ours(spec: dict) -> dict:
@@ -109,14 +117,24 @@ def run_ours(spec: dict) -> dict:
 def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads: int) -> dict:
     environment = {**os.environ, "PYTHONPATH": str(PEER_TOOLS / "stubs")}
     command = [
-        str(peer / "venv" / "bin" / "python"), str(ROOT / "bench" / "peer_allennlp.py"), "--model", str(peer / "full"),
-        "--sentences", str(sentences_file), "--mode", mode, "--reps", str(repeats), "--threads", str(threads),
+        str(peer / "venv" / "bin" / "python"),
+        str(ROOT / "bench" / "peer_allennlp.py"),
+        "--model",
+        str(peer / "full"),
+        "--sentences",
+        str(sentences_file),
+        "--mode",
+        mode,
+        "--reps",
+        str(repeats),
+        "--threads",
+        str(threads),
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=environment)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    line = next((row for row in done.stdout.splitlines() if row.startswith("RESULT ")), None)
     if done.returncode or line is None:
         raise SystemExit(f"the peer failed:\n{done.stderr[-3000:]}")
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def converted_weights(peer: Path) -> Path:
@@ -144,8 +162,15 @@ def gemm_roof(threads: int) -> dict:
     return {"gemm_gflops": gflops, "flop_per_word": flop_per_word(), "roof_words_per_s": gflops * 1e9 / flop_per_word()}
 
 
-def flop_per_word(cells: int = 4096, proj: int = 512, layers: int = 2, filters: int = 2048, highway: int = 2,
-                  conv_flop_per_window: int = 2 * 16 * 12320, windows: int = 50) -> float:
+def flop_per_word(
+    cells: int = 4096,
+    proj: int = 512,
+    layers: int = 2,
+    filters: int = 2048,
+    highway: int = 2,
+    conv_flop_per_window: int = 2 * 16 * 12320,
+    windows: int = 50,
+) -> float:
     """Multiply-adds x 2 per token: LSTM (input, recurrent, projection) for each layer and direction,
     and the char CNN (convolutions over the token's 50 character windows, highways, projection)."""
     lstm = 2 * layers * 2 * (4 * cells * proj * 2 + cells * proj)
@@ -154,15 +179,11 @@ def flop_per_word(cells: int = 4096, proj: int = 512, layers: int = 2, filters: 
 
 
 def machine(threads: int) -> str:
-    import platform
-
     import torch
 
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), platform.processor())
-    flags = next((l for l in info.splitlines() if l.startswith("flags")), "")
-    features = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16") if f" {f}" in flags]
-    return f"{cpu} ({os.cpu_count()} cores; {', '.join(features) or 'no AVX2'}), {threads} threads, torch {torch.__version__}"
+    from spacy_elmo.machine import cpu_description
+
+    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
 
 
 def run_all(peer: Path, threads: int) -> dict:
@@ -173,16 +194,34 @@ def run_all(peer: Path, threads: int) -> dict:
         sentences_file = OUT / f"peer-{workload.split()[0].replace(',', '')}.json"
         sentences_file.write_text(json.dumps(workload_sentences(workload)))
         repeats = REPEATS.get(workload, 5)
-        peers = {cache: run_peer(peer, sentences_file, "cached" if cache else "plain", repeats, threads) for cache in (False, True)}
+        peers = {
+            cache: run_peer(peer, sentences_file, "cached" if cache else "plain", repeats, threads)
+            for cache in (False, True)
+        }
         for precision, cache in (("fp32", False), ("fp32", True), ("bf16", False)):
-            spec = {"weights": str(weights), "sentences": str(sentences_file), "cache": cache, "threads": threads,
-                    "repeats": repeats, "precision": precision}
+            spec = {
+                "weights": str(weights),
+                "sentences": str(sentences_file),
+                "cache": cache,
+                "threads": threads,
+                "repeats": repeats,
+                "precision": precision,
+            }
             mine, theirs = run_ours(spec), peers[cache]
-            row = {"workload": workload, "cache": "warm" if cache else "off", "precision": precision, "ours": mine,
-                   "peer": theirs, "ratio": mine["words_per_s"] / theirs["words_per_s"]}
+            row = {
+                "workload": workload,
+                "cache": "warm" if cache else "off",
+                "precision": precision,
+                "ours": mine,
+                "peer": theirs,
+                "ratio": mine["words_per_s"] / theirs["words_per_s"],
+            }
             rows.append(row)
-            print(f"{workload:>16} {precision} cache {row['cache']:>4}: ours {mine['words_per_s']:8.1f} words/s, "
-                  f"AllenNLP {theirs['words_per_s']:8.1f} -> {row['ratio']:.2f}x", flush=True)
+            print(
+                f"{workload:>16} {precision} cache {row['cache']:>4}: ours {mine['words_per_s']:8.1f} words/s, "
+                f"AllenNLP {theirs['words_per_s']:8.1f} -> {row['ratio']:.2f}x",
+                flush=True,
+            )
     return {"machine": machine(threads), "date": time.strftime("%Y-%m-%d"), "roof": gemm_roof(threads), "rows": rows}
 
 
@@ -219,27 +258,42 @@ def plot(report: dict, path: Path) -> None:
 def update_markdown(report: dict) -> None:
     roof = report["roof"]
     lines = [
-        f"### Against the peer (AllenNLP `Elmo`) on CPU ({report['date']})", "",
+        f"### Against the peer (AllenNLP `Elmo`) on CPU ({report['date']})",
+        "",
         f"Machine: {report['machine']}. Full-size random weights (93.6M parameters, clipping on) from "
         "../shared/tools/peer-allennlp, converted for ours; ours is the `elmo` component through `nlp.pipe` "
         "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
         "sentences) after a warm-up, each configuration in its own process. Command: "
-        "`python bench/bench_bilm.py --peer PEER_DIR`. bf16 rows (`precision = \"bf16\"`, opt-in) are compared "
+        '`python bench/bench_bilm.py --peer PEER_DIR`. bf16 rows (`precision = "bf16"`, opt-in) are compared '
         "with the peer's fp32 and carry their error against our fp32 on the same sentences, per layer: max abs "
-        "difference (and the largest fp32 value) / lowest cosine of a token's two vectors.", "",
-        "| workload | precision | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP peak RSS (MB) | error vs fp32 (layers 0 / 1 / 2) |",
+        "difference (and the largest fp32 value) / lowest cosine of a token's two vectors.",
+        "",
+        "| workload | precision | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP "
+        "peak RSS (MB) | error vs fp32 (layers 0 / 1 / 2) |",
         "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["rows"]:
-        error = " / ".join(f"{e['max_abs']:.1e} (of {e['max_abs_fp32']:.2f}), cos {e['min_cosine']:.5f}" for e in r["ours"].get("error", []))
-        lines.append(f"| {r['workload']} | {r['precision']} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | {r['peer']['words_per_s']:,.1f} | "
-                     f"**{r['ratio']:.2f}x** | {r['ours']['peak_rss_mb']:,.0f} | {r['peer']['peak_rss_mb']:,.0f} | {error or '-'} |")
+        error = " / ".join(
+            f"{e['max_abs']:.1e} (of {e['max_abs_fp32']:.2f}), cos {e['min_cosine']:.5f}"
+            for e in r["ours"].get("error", [])
+        )
+        lines.append(
+            f"| {r['workload']} | {r['precision']} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | "
+            f"{r['peer']['words_per_s']:,.1f} | "
+            f"**{r['ratio']:.2f}x** | {r['ours']['peak_rss_mb']:,.0f} | {r['peer']['peak_rss_mb']:,.0f} | "
+            f"{error or '-'} |"
+        )
     lines += [
-        "", f"fp32 roof: a 4096x4096 by 4096x512 matmul runs at {roof['gemm_gflops']:.0f} GFLOP/s here; one word through "
-        f"the biLM is {roof['flop_per_word'] / 1e6:.0f} MFLOP (LSTM input, recurrent and projection matmuls of 2 layers x 2 "
+        "",
+        f"fp32 roof: a 4096x4096 by 4096x512 matmul runs at {roof['gemm_gflops']:.0f} GFLOP/s here; one word through "
+        f"the biLM is {roof['flop_per_word'] / 1e6:.0f} MFLOP (LSTM input, recurrent and projection matmuls of 2 "
+        "layers x 2 "
         f"directions, and the char CNN's convolutions over 50 windows, 2 highways and projection), so the roof is "
-        f"{roof['roof_words_per_s']:,.0f} words/s.", "", "![against the peer](bench/results/peer-cpu.png)", "",
+        f"{roof['roof_words_per_s']:,.0f} words/s.",
+        "",
+        "![against the peer](bench/results/peer-cpu.png)",
+        "",
     ]
     write_section("bench_peer:cpu", lines)
 
@@ -254,7 +308,9 @@ def main() -> None:
         print(json.dumps(ours(json.loads(args.worker))))
         return
     if not args.peer or not (Path(args.peer) / "venv").is_dir():
-        raise SystemExit("Give the peer's folder: bash ../shared/tools/peer-allennlp/setup.sh PEER_DIR, then PEER_DIR here.")
+        raise SystemExit(
+            "Give the peer's folder: bash ../shared/tools/peer-allennlp/setup.sh PEER_DIR, then PEER_DIR here."
+        )
     write_outputs(run_all(Path(args.peer), args.threads))
     print("Wrote BENCHMARKS.md and bench/results/peer-cpu.json/.png")
 

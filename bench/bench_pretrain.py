@@ -8,6 +8,7 @@ learning curve, and the training throughput.
 Writes bench/results/pretrain-<device>.json and .png and the device's section of BENCHMARKS.md.
 Working files (corpus shards, run directory) go to bench/out/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,10 @@ import sys
 import time
 from pathlib import Path
 
+from report import SHARED
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "corpus"
+CORPUS = SHARED / "data" / "corpus"
 OUT, RESULTS = ROOT / "bench" / "out", ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
@@ -30,7 +33,7 @@ def prepare(vocab_size: int) -> Path:
 
     corpus = OUT / "corpus"
     if not (corpus / MANIFEST).exists():
-        splits = {"train": [SHARED / "train.txt"], "dev": [SHARED / "valid.txt"], "test": [SHARED / "test.txt"]}
+        splits = {"train": [CORPUS / "train.txt"], "dev": [CORPUS / "valid.txt"], "test": [CORPUS / "test.txt"]}
         prepare_corpus(corpus, splits, pipeline="en")
     vocab = OUT / f"vocab-{vocab_size}.txt"
     if not vocab.exists():
@@ -62,18 +65,32 @@ def main() -> None:
     config = json.loads((run / "train-config.json").read_text())
     last = [r for r in records if "loss" in r][-1]
     result = {
-        "device": args.device, "date": time.strftime("%Y-%m-%d"), "config": config, "command": " ".join(["python", "bench/bench_pretrain.py", *(a for a in sys.argv[1:] if a != "--reuse")]),
-        "minutes_training": last["elapsed"] / 60, "steps": last["step"], "tokens": last["tokens"],
-        "tokens_per_s_median": statistics.median(rates[1:] or rates), "valid": dev, "test": test,
+        "device": args.device,
+        "date": time.strftime("%Y-%m-%d"),
+        "config": config,
+        "command": " ".join(["python", "bench/bench_pretrain.py", *(a for a in sys.argv[1:] if a != "--reuse")]),
+        "minutes_training": last["elapsed"] / 60,
+        "steps": last["step"],
+        "tokens": last["tokens"],
+        "tokens_per_s_median": statistics.median(rates[1:] or rates),
+        "valid": dev,
+        "test": test,
         "corpus": {k: v["tokens"] for k, v in json.loads((corpus / "manifest.json").read_text())["splits"].items()},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"pretrain-{args.device}.json").write_text(json.dumps(result, indent=2) + "\n")
-    title = f"{config['preset']} preset on shared/data/corpus, {args.device.upper()}, {result['minutes_training']:.0f} min"
-    plot_learning_curve(run / "log.jsonl", RESULTS / f"pretrain-{args.device}.png", baseline=dev["unigram_perplexity"], title=title)
+    title = (
+        f"{config['preset']} preset on shared/data/corpus, {args.device.upper()}, {result['minutes_training']:.0f} min"
+    )
+    plot_learning_curve(
+        run / "log.jsonl", RESULTS / f"pretrain-{args.device}.png", baseline=dev["unigram_perplexity"], title=title
+    )
     write_markdown(result, args)
     print(json.dumps({k: result[k] for k in ("steps", "tokens", "tokens_per_s_median")}, indent=2))
-    print(f"valid perplexity {dev['perplexity']:.1f} (unigram {dev['unigram_perplexity']:.1f}); test {test['perplexity']:.1f}")
+    print(
+        f"valid perplexity {dev['perplexity']:.1f} (unigram {dev['unigram_perplexity']:.1f}); test "
+        f"{test['perplexity']:.1f}"
+    )
 
 
 def train(run: Path, corpus: Path, vocab: Path, args) -> None:
@@ -82,8 +99,15 @@ def train(run: Path, corpus: Path, vocab: Path, args) -> None:
 
         shutil.rmtree(run)
     command = [
-        sys.executable, "-m", "training.pretrain", args.config, "--output", str(run),
-        f"--set=corpus={json.dumps(str(corpus))}", f"--set=vocab={json.dumps(str(vocab))}", f"--set=max_minutes={args.minutes}",
+        sys.executable,
+        "-m",
+        "training.pretrain",
+        args.config,
+        "--output",
+        str(run),
+        f"--set=corpus={json.dumps(str(corpus))}",
+        f"--set=vocab={json.dumps(str(vocab))}",
+        f"--set=max_minutes={args.minutes}",
     ]
     subprocess.run(command, check=True, cwd=ROOT)
 
@@ -94,18 +118,22 @@ def write_markdown(result: dict, args) -> None:
         f"### biLM pretraining on {args.device.upper()} ({result['date']})",
         "",
         f"`{config['preset']}` preset (plus {config['model'] or 'no changes'}), {config['softmax']} softmax"
-        f"{' with ' + str(config['n_samples']) + ' samples' if config['softmax'] == 'sampled' else ''}, {config['optimizer']} "
+        f"{' with ' + str(config['n_samples']) + ' samples' if config['softmax'] == 'sampled' else ''}, "
+        f"{config['optimizer']} "
         f"(lr {config['lr']}), batches of {config['batch_tokens']} tokens, dropout {config['dropout']}; "
         f"vocabulary: the {args.vocab_size - 3:,} most frequent training words plus `<S>`, `</S>`, `<UNK>`. "
-        f"Corpus: shared/data/corpus train / valid / test ({result['corpus']['train']:,} / {result['corpus']['dev']:,} / "
-        f"{result['corpus']['test']:,} tokens after spaCy's English tokenizer and sentencizer). Command: `{result['command']}`.",
+        f"Corpus: shared/data/corpus train / valid / test ({result['corpus']['train']:,} / "
+        f"{result['corpus']['dev']:,} / "
+        f"{result['corpus']['test']:,} tokens after spaCy's English tokenizer and sentencizer). Command: "
+        f"`{result['command']}`.",
         "",
         "| | value |",
         "|---|---:|",
         f"| training time | {result['minutes_training']:.1f} min ({result['steps']:,} steps) |",
         f"| tokens seen | {result['tokens']:,} |",
         f"| throughput (median) | {result['tokens_per_s_median']:,.0f} tokens/s |",
-        f"| valid perplexity (forward / backward / average) | {dev['perplexity_forward']:.1f} / {dev['perplexity_backward']:.1f} / **{dev['perplexity']:.1f}** |",
+        f"| valid perplexity (forward / backward / average) | {dev['perplexity_forward']:.1f} / "
+        f"{dev['perplexity_backward']:.1f} / **{dev['perplexity']:.1f}** |",
         f"| valid perplexity of a unigram model | {dev['unigram_perplexity']:.1f} |",
         f"| test perplexity (average) / unigram | {test['perplexity']:.1f} / {test['unigram_perplexity']:.1f} |",
         f"| valid out-of-vocabulary rate | {dev['oov_rate']:.2%} |",

@@ -3,6 +3,7 @@ PyTorch port works this way): the char CNN over all 50 characters of every posit
 batch, padding positions included, then each direction's LSTM one step at a time over the padded
 batch in row layout (h @ W.T). Same parameters and results as spacy_elmo's BiLM; the baseline
 the benchmark measures against."""
+
 import torch
 import torch.nn.functional as F
 

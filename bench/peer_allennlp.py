@@ -10,6 +10,7 @@ Prints one line `RESULT {json}`: words/s (the median of --reps timed runs after 
 CNN is run once for the batch's words beforehand). Sentences run in batches of --batch-size, as a
 user of `Elmo` would feed them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,10 +78,20 @@ def main() -> None:
             times.append(time.perf_counter() - start)
     words = sum(len(s) for s in sentences)
     median = statistics.median(times)
-    print("RESULT " + json.dumps({
-        "words": words, "sentences": len(sentences), "median_s": median, "words_per_s": words / median,
-        "times_s": times, "peak_rss_mb": peak_rss_mb(), "torch": torch.__version__,
-    }))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "words": words,
+                "sentences": len(sentences),
+                "median_s": median,
+                "words_per_s": words / median,
+                "times_s": times,
+                "peak_rss_mb": peak_rss_mb(),
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

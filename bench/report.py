@@ -1,9 +1,16 @@
-"""What the benchmark scripts share when they report: their section of BENCHMARKS.md."""
+"""What the benchmark scripts share: where the shared data is, and their section of BENCHMARKS.md."""
+
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+from spacy_elmo.io import atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+# As tests/conftest.py finds it: $SPACY_ELMO_SHARED, else ../shared beside the repository.
+SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 
 
 def write_section(key: str, lines: list) -> None:
@@ -12,7 +19,7 @@ def write_section(key: str, lines: list) -> None:
     text = BENCHMARKS.read_text(encoding="utf-8") if BENCHMARKS.exists() else "# Benchmarks\n\n"
     block = f"{start}\n" + "\n".join(lines) + end
     if start in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    BENCHMARKS.write_text(text, encoding="utf-8")
+    atomic_write_text(BENCHMARKS, text)

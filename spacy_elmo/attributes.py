@@ -11,50 +11,26 @@ its mix in ``doc._.elmo_mix``; everything else is computed from them on access:
   and ``.similarity`` (cosine) backed by the above. The hooks are module-level functions, so docs
   pickle; ``install_vector_hooks(doc)`` puts them back on docs rebuilt from bytes.
 """
+
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Any
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
-POOLINGS = ("mean", "max")
+from .mix_settings import MixSettings
 
 
-def check_mix_settings(layer_weights: Optional[Sequence[float]], gamma: float, pooling: str) -> None:
-    """What can be checked before the number of layers is known."""
-    values = [float(w) for w in layer_weights or []] + [float(gamma)]
-    if not all(np.isfinite(values)):
-        raise ValueError(f"layer_weights and gamma must be finite, got {layer_weights} and {gamma}.")
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
-
-
-def mix_spec(
-    n_layers: int, layer_weights: Optional[Sequence[float]], gamma: float, pooling: str, layer_norm: bool = True
-) -> Dict[str, Any]:
-    """Validated mix settings: ``layer_weights`` (one per layer, default the average), ``gamma``,
-    ``pooling``, ``layer_norm``."""
-    check_mix_settings(layer_weights, gamma, pooling)
-    if layer_weights is None:
-        layer_weights = [1.0 / n_layers] * n_layers
-    if len(layer_weights) != n_layers:
-        raise ValueError(
-            f"layer_weights has {len(layer_weights)} values but the biLM has {n_layers} layers "
-            "(the token layer and each LSTM layer); give one weight per layer."
-        )
-    return {"layer_weights": [float(w) for w in layer_weights], "gamma": float(gamma), "pooling": pooling, "layer_norm": bool(layer_norm)}
-
-
-def mix_layers(layers: np.ndarray, spec: Dict[str, Any]) -> np.ndarray:
+def mix_layers(layers: np.ndarray, mix: MixSettings) -> np.ndarray:
     """(L+1, n, 2P) -> (n, 2P): gamma * sum_j w_j * norm(layers[j]), where norm standardizes each
     token's vector of each layer (zero mean, unit variance over its 2P features) when
     ``layer_norm`` is on, so that no layer outweighs the others by sheer scale; otherwise identity."""
-    if spec.get("layer_norm"):
+    if mix.layer_norm:
         mean = layers.mean(axis=-1, keepdims=True, dtype=np.float64)
         std = layers.std(axis=-1, keepdims=True, dtype=np.float64)
         layers = ((layers - mean) / (std + 1e-6)).astype(np.float32)
-    weights = np.asarray(spec["layer_weights"], dtype=np.float32) * np.float32(spec["gamma"])
+    weights = np.asarray(mix.layer_weights, dtype=np.float32) * np.float32(mix.gamma)
     return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)
 
 
@@ -82,8 +58,10 @@ def _data(doc: Doc) -> np.ndarray:
     return layers
 
 
-def _spec(doc: Doc, layers: np.ndarray) -> Dict[str, Any]:
-    return doc._.elmo_mix or mix_spec(layers.shape[0], None, 1.0, "mean", layer_norm=True)
+def _mix(doc: Doc, layers: np.ndarray) -> MixSettings:
+    """The mix the component stored on the doc (as a dict), else the average of the layers."""
+    stored = doc._.elmo_mix
+    return MixSettings.from_dict(stored) if stored else MixSettings.average(layers.shape[0])
 
 
 def token_elmo_layers(token: Token) -> np.ndarray:
@@ -92,7 +70,7 @@ def token_elmo_layers(token: Token) -> np.ndarray:
 
 def token_elmo(token: Token) -> np.ndarray:
     layers = _data(token.doc)
-    return mix_layers(layers[:, token.i : token.i + 1], _spec(token.doc, layers))[0]
+    return mix_layers(layers[:, token.i : token.i + 1], _mix(token.doc, layers))[0]
 
 
 def span_elmo(span: Span) -> np.ndarray:
@@ -105,12 +83,11 @@ def doc_elmo(doc: Doc) -> np.ndarray:
 
 def _pooled(doc: Doc, start: int, end: int) -> np.ndarray:
     layers = _data(doc)
-    spec = _spec(doc, layers)
+    mix = _mix(doc, layers)
     keep = [i for i in range(start, end) if not doc[i].is_space]
     if not keep:
         return np.zeros(layers.shape[-1], dtype=np.float32)
-    mixed = mix_layers(layers[:, keep], spec)
-    return mixed.max(axis=0) if spec["pooling"] == "max" else mixed.mean(axis=0)
+    return mix.pool(mix_layers(layers[:, keep], mix))
 
 
 # --- vector hooks -------------------------------------------------------------------------------
@@ -121,7 +98,9 @@ def install_vector_hooks(doc: Doc) -> Doc:
     tokens use ELMo. (No span ``vector_norm`` hook: spaCy computes that one from the vector.)"""
     doc.user_hooks.update(vector=doc_elmo, has_vector=_doc_has_vector, vector_norm=_norm, similarity=_similarity)
     doc.user_span_hooks.update(vector=span_elmo, has_vector=_span_has_vector, similarity=_similarity)
-    doc.user_token_hooks.update(vector=token_elmo, has_vector=_token_has_vector, vector_norm=_norm, similarity=_similarity)
+    doc.user_token_hooks.update(
+        vector=token_elmo, has_vector=_token_has_vector, vector_norm=_norm, similarity=_similarity
+    )
     return doc
 
 

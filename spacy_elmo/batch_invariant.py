@@ -10,6 +10,7 @@ elementwise functions run on single-threaded slices, so each element takes one c
 it sits. Plain IEEE operations (add, mul, max, clamp) round identically on every path and need no
 care.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch import Tensor
 from . import onednn
 from .onednn import K_BLOCK
 from .precision import check_precision, operand
+
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
 _SINGLE_THREAD_ELEMENTS = 32768
@@ -32,8 +34,9 @@ class Blocking:
 
     gemm_rows: rows per block of position-wise matmuls (char CNN windows, LSTM input projection).
     token_block: tokens per char-encoder block.
-    step_columns: sentences per recurrent chunk of the step loop (G) on fixed shapes.
-    step_lanes: the most sentences per recurrent matmul where oneDNN runs them (CPU): there any
+    step_columns: sentences per recurrent matmul of the step loop where its row count must stay
+        fixed: bf16, GPUs, and CPUs where oneDNN's probe fails.
+    step_lanes: the most sentences per recurrent matmul in fp32 through oneDNN (CPU): there any
         number of rows gives the same results, so a call takes the sentences there are, up to this.
     fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
     precision: "fp32" (exact) or "bf16" (see ``precision``).
@@ -41,8 +44,8 @@ class Blocking:
 
     gemm_rows: int = 256
     token_block: int = 64
-    step_columns: int = 16
-    step_lanes: int = 64
+    step_columns: int = 32
+    step_lanes: int = 128
     fused_rows: int = 32
     fused_steps: int = 8
     precision: str = "fp32"
@@ -106,8 +109,9 @@ def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, preci
     rows that need no padding; elsewhere on zero-padded blocks of exactly ``rows`` rows."""
     if rows_any_count(x.device, precision):
         reordered = weight.shape[1] > K_BLOCK  # a plain weight needs no second copy
-        blocks = [onednn.linear(x[start : start + rows], weight, precision, reordered) for start in range(0, len(x), rows)]
-        out = torch.cat(blocks) if blocks else x.new_zeros(0, weight.shape[0])
+        out = x.new_empty(x.shape[0], weight.shape[0])
+        for start in range(0, len(x), rows):  # written in place: no second copy of the output
+            out[start : start + rows] = onednn.linear(x[start : start + rows], weight, precision, reordered)
     else:
         out = matmul_rows(x, weight.t(), rows, precision)
     if bias is not None:

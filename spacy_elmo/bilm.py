@@ -10,6 +10,7 @@ runs on fixed shapes (see ``batch_invariant``), so a sentence's layers are bitwi
 whatever its batch companions; with gradients enabled, the usual autograd-friendly kernels run
 (pretraining).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import onednn, recurrence
+from . import recurrence
 from .batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
 from .chars import CHAR_PAD, CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
@@ -356,8 +357,11 @@ class BiLM(nn.Module):
         reduced = self._precision != "fp32"
         if path == "fused" and (clipped or stateful or reduced):
             reason = (
-                "the model clips its cells or projections" if clipped
-                else "stateful runs need the step loop" if stateful else f"{self._precision} runs the step loop"
+                "the model clips its cells or projections"
+                if clipped
+                else "stateful runs need the step loop"
+                if stateful
+                else f"{self._precision} runs the step loop"
             )
             raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
         if torch.is_grad_enabled():
@@ -375,23 +379,24 @@ class BiLM(nn.Module):
         return lambda layer, x, direction, start: runner(layer, x, plan, direction, start, blocking)
 
     def _step_width(self, lengths: List[int], blocking: Blocking, device: torch.device) -> int:
-        """Lanes per chunk of the step loop. Through oneDNN: in fp32 as many as there are
-        sentences, up to ``step_lanes`` (any row count gives the same rows); in bf16 always
-        ``step_lanes`` rows per matmul (its AMX kernels cost about the same for 1 row as for 64;
-        the cell update still runs on the working lanes only). Elsewhere ``step_columns``."""
-        if not onednn.available(device):
+        """Lanes per chunk of the step loop: in fp32 through oneDNN as many as there are sentences,
+        up to ``step_lanes`` (any row count gives the same rows there); else the fixed
+        ``step_columns`` (bf16: measured 32 as the best balance of one sentence and many)."""
+        if not rows_any_count(device, self._precision):
             return blocking.step_columns
         multiple = recurrence.lane_multiple(self.config.lstm_dim)
-        if blocking.precision != "fp32":
-            return -(-blocking.step_lanes // multiple) * multiple
         sentences = max(1, min(blocking.step_lanes, sum(1 for length in lengths if length)))
         return -(-sentences // multiple) * multiple
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""
         return LstmState.zeros(
-            self.config.n_layers, batch_size, self.config.projection_dim, self.config.lstm_dim,
-            self.device, self.char_encoder.projection.weight.dtype,
+            self.config.n_layers,
+            batch_size,
+            self.config.projection_dim,
+            self.config.lstm_dim,
+            self.device,
+            self.char_encoder.projection.weight.dtype,
         )
 
     def parameter_count(self, include_lm_head: bool = False) -> int:
@@ -411,16 +416,26 @@ def checked_indexer(config: BiLMConfig, indexer: Optional[TokenIndexer]) -> Toke
         indexer = TokenIndexer()
     chars, words = indexer.chars, indexer.words
     if chars.kind != config.char_vocabulary:
-        raise ConfigError(f"The indexer encodes characters as {chars.kind!r}, the config says {config.char_vocabulary!r}.")
-    if isinstance(chars, CharTable) and (chars.n_characters > config.n_characters or chars.max_length != config.max_characters_per_token):
+        raise ConfigError(
+            f"The indexer encodes characters as {chars.kind!r}, the config says {config.char_vocabulary!r}."
+        )
+    if isinstance(chars, CharTable) and (
+        chars.n_characters > config.n_characters or chars.max_length != config.max_characters_per_token
+    ):
         raise ConfigError(
             f"The char table needs {chars.n_characters} embedding rows and {chars.max_length} chars per token; "
-            f"the config has n_characters={config.n_characters}, max_characters_per_token={config.max_characters_per_token}."
+            f"the config has n_characters={config.n_characters}, "
+            f"max_characters_per_token={config.max_characters_per_token}."
         )
     if (words is not None) != (config.word_dim > 0):
-        raise ConfigError(f"The config's word_dim is {config.word_dim} but the indexer {'has' if words else 'has no'} word table.")
+        raise ConfigError(
+            f"The config's word_dim is {config.word_dim} but the indexer {'has' if words else 'has no'} word table."
+        )
     if words is not None and words.size > config.word_vocab_size:
-        raise ConfigError(f"The word table needs {words.size} embedding rows; the config has word_vocab_size={config.word_vocab_size}.")
+        raise ConfigError(
+            f"The word table needs {words.size} embedding rows; the config has "
+            f"word_vocab_size={config.word_vocab_size}."
+        )
     return indexer
 
 

@@ -9,6 +9,7 @@ end-of-word marks and padded to ``MAX_WORD_LENGTH``. The sentence boundary token
 A model's own vocabulary (``CharTable``, e.g. ELMoForManyLangs): one id per Unicode character,
 optionally with word ids (``WordTable``). ``TokenIndexer`` is what a BiLM reads tokens through.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
@@ -155,7 +156,9 @@ class CharTable:
 
     @property
     def marks(self) -> Dict[str, int]:
-        return dict(zip(self.MARKS, (self.begin_of_word, self.end_of_word, self.pad_id, self.unknown, self.bos, self.eos)))
+        return dict(
+            zip(self.MARKS, (self.begin_of_word, self.end_of_word, self.pad_id, self.unknown, self.bos, self.eos))
+        )
 
     @property
     def n_characters(self) -> int:
@@ -165,7 +168,8 @@ class CharTable:
     def _validate(self) -> None:
         if not isinstance(self.max_length, int) or self.max_length < 3:
             raise ValueError(
-                f"CharTable max_length must be an integer >= 3 (begin mark, a character, end mark), got {self.max_length!r}."
+                "CharTable max_length must be an integer >= 3 (begin mark, a character, end mark), got "
+                f"{self.max_length!r}."
             )
         for name, value in [*self.marks.items(), *self.ids.items()]:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -175,8 +179,12 @@ class CharTable:
                 )
         if not all(isinstance(key, str) for key in self.ids):
             raise ValueError("CharTable keys must be strings (characters).")
-        if not (isinstance(self.bos_token, str) and isinstance(self.eos_token, str) and self.bos_token != self.eos_token):
-            raise ValueError(f"bos_token and eos_token must be two different strings, got {self.bos_token!r}, {self.eos_token!r}.")
+        if not (
+            isinstance(self.bos_token, str) and isinstance(self.eos_token, str) and self.bos_token != self.eos_token
+        ):
+            raise ValueError(
+                f"bos_token and eos_token must be two different strings, got {self.bos_token!r}, {self.eos_token!r}."
+            )
 
     def encode(self, tokens: Sequence[str]) -> np.ndarray:
         """N tokens -> int32 (N, max_length)."""
@@ -202,7 +210,9 @@ class CharTable:
         keys = {"ids", *cls.MARKS, "max_length", "bos_token", "eos_token"}
         missing, unknown = sorted(keys - set(data)), sorted(set(data) - keys)
         if missing or unknown:
-            raise ValueError(f"A char table needs exactly the keys {sorted(keys)}; missing {missing}, unknown {unknown}.")
+            raise ValueError(
+                f"A char table needs exactly the keys {sorted(keys)}; missing {missing}, unknown {unknown}."
+            )
         return cls(**data)
 
     def __eq__(self, other: object) -> bool:

@@ -1,6 +1,7 @@
 """Settings that name one of a few implementations (pooling, softmax, optimizer, ...): a table from
 name to implementation, so that adding one is adding one entry, and an unknown name is an error
 that lists the known ones."""
+
 from __future__ import annotations
 
 from typing import Mapping, TypeVar

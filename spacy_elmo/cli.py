@@ -1,4 +1,5 @@
 """Command line: python -m spacy_elmo models | download | package | convert | convert-efml | info | embed."""
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ def convert(
 
 @app.command("convert-efml")
 def convert_efml(
-    model_dir: Path = typer.Argument(..., help="An ELMoForManyLangs model directory (config.json, char.dic, encoder.pkl, ...)."),
+    model_dir: Path = typer.Argument(
+        ..., help="An ELMoForManyLangs model directory (config.json, char.dic, encoder.pkl, ...)."
+    ),
     output: Path = typer.Argument(..., help="Directory for the native biLM."),
 ) -> None:
     """Convert an ELMoForManyLangs model to the native format (its .pkl files are read without unpickling code)."""
@@ -51,22 +54,33 @@ def convert_efml(
 
 
 @app.command()
-def models(language: str = typer.Option(None, "--language", "-l", help="Only this language (ISO code, e.g. de).")) -> None:
+def models(
+    language: str = typer.Option(None, "--language", "-l", help="Only this language (ISO code, e.g. de)."),
+) -> None:
     """List the published models that `download`, `package` and the elmo component know by name."""
     rows = [
         (m.name, m.language, m.format, m.parameters or "?", m.trained_on[:60])
-        for m in CATALOGUE.values() if language in (None, m.language)
+        for m in CATALOGUE.values()
+        if language in (None, m.language)
     ]
     msg.table(rows, header=("name", "language", "format", "parameters", "trained on"), divider=True)
 
 
 @app.command()
 def download(
-    name: str = typer.Argument(..., help="A catalogue name (see `models`), a URL of a model archive, or, with --options/--weights, a label of your choice."),
+    name: str = typer.Argument(
+        ...,
+        help="A catalogue name (see `models`), a URL of a model archive, or, with --options/--weights, "
+        "a label of your choice.",
+    ),
     output: Path = typer.Argument(..., help="Directory for the native biLM (must not exist, or be empty)."),
-    options: str = typer.Option(None, "--options", help="URL (http(s):// or file://) of a bilm-tf options.json not in the catalogue."),
+    options: str = typer.Option(
+        None, "--options", help="URL (http(s):// or file://) of a bilm-tf options.json not in the catalogue."
+    ),
     weights: str = typer.Option(None, "--weights", help="URL of the matching weights .hdf5."),
-    cache: Path = typer.Option(None, "--cache-dir", help="Cache directory (default: $SPACY_ELMO_CACHE or ~/.cache/spacy-elmo)."),
+    cache: Path = typer.Option(
+        None, "--cache-dir", help="Cache directory (default: $SPACY_ELMO_CACHE or ~/.cache/spacy-elmo)."
+    ),
 ) -> None:
     """Download, check, convert and write a published ELMo model as a native biLM directory.
 
@@ -115,13 +129,25 @@ def info(path: Path = typer.Argument(..., help="A native biLM directory.")) -> N
 def embed(
     input_file: Path = typer.Argument(..., help="UTF-8 text, one sentence or paragraph per line."),
     output_file: Path = typer.Argument(..., help="HDF5 file to write: a dataset per line + sentence_to_index."),
-    pipeline: str = typer.Option(..., "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."),
-    layers: str = typer.Option("all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."),
+    pipeline: str = typer.Option(
+        ..., "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."
+    ),
+    layers: str = typer.Option(
+        "all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."
+    ),
     tokenized: bool = typer.Option(False, "--tokenized", help="Lines are already tokenized: split on whitespace."),
     batch_size: int = typer.Option(64, "--batch-size", help="Lines per batch (nlp.pipe)."),
-    precision: str = typer.Option(None, "--precision", help="fp32 (exact) or bf16 (about 1.7x faster on CPUs with AMX/AVX512_BF16; see README). Default: the pipeline's setting."),
-    processes: int = typer.Option(1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."),
-    shard_lines: int = typer.Option(10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."),
+    precision: str = typer.Option(
+        None,
+        "--precision",
+        help="fp32 (exact) or bf16 (faster on CPUs with AMX/AVX512_BF16; see README). Default: the pipeline's setting.",
+    ),
+    processes: int = typer.Option(
+        1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."
+    ),
+    shard_lines: int = typer.Option(
+        10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."
+    ),
 ) -> None:
     """Embed every line of a text file with an ELMo pipeline into HDF5.
 
@@ -131,7 +157,9 @@ def embed(
     from .precision import check_precision
 
     try:
-        settings = EmbedSettings(pipeline, layers, tokenized, batch_size, precision and check_precision(precision), shard_lines)
+        settings = EmbedSettings(
+            pipeline, layers, tokenized, batch_size, precision and check_precision(precision), shard_lines
+        )
         count = embed_corpus(input_file, output_file, settings, processes=processes)
     except (OSError, ValueError) as err:
         msg.fail("Embedding failed", str(err), exits=1)

@@ -26,9 +26,10 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, NumpyOps
 
-from .attributes import check_mix_settings, install_vector_hooks, mix_layers, mix_spec, register_extensions
+from .attributes import install_vector_hooks, mix_layers, register_extensions
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
+from .mix_settings import MixSettings, check_mix_settings
 from .model_cache import resolve_weights
 from .precision import check_precision
 from .weights import load_bilm
@@ -78,9 +79,19 @@ def make_elmo(
     precision: str,
 ) -> "Elmo":
     return Elmo(
-        nlp.vocab, model, name, weights=weights, layer_weights=layer_weights, gamma=gamma, layer_norm=layer_norm, pooling=pooling,
-        set_vector_hooks=set_vector_hooks, max_sentence_length=max_sentence_length, max_batch_tokens=max_batch_tokens,
-        sentence_cache_tokens=sentence_cache_tokens, precision=precision,
+        nlp.vocab,
+        model,
+        name,
+        weights=weights,
+        layer_weights=layer_weights,
+        gamma=gamma,
+        layer_norm=layer_norm,
+        pooling=pooling,
+        set_vector_hooks=set_vector_hooks,
+        max_sentence_length=max_sentence_length,
+        max_batch_tokens=max_batch_tokens,
+        sentence_cache_tokens=sentence_cache_tokens,
+        precision=precision,
     )
 
 
@@ -137,10 +148,11 @@ class Elmo(TrainablePipe):
         return get_bilm(self.model)
 
     @property
-    def mix(self) -> Dict[str, Any]:
+    def mix(self) -> MixSettings:
         """The default mix of layers: layer_weights, gamma, layer_norm, pooling."""
+        cfg = self.cfg
         n_layers = self.bilm.config.n_output_layers
-        return mix_spec(n_layers, self.cfg["layer_weights"], self.cfg["gamma"], self.cfg["pooling"], self.cfg["layer_norm"])
+        return MixSettings.for_layers(n_layers, cfg["layer_weights"], cfg["gamma"], cfg["pooling"], cfg["layer_norm"])
 
     def initialize(
         self,
@@ -164,7 +176,7 @@ class Elmo(TrainablePipe):
         set_bilm(self.model, load_bilm(resolve_weights(path)))
         self.model.attrs["has_weights"] = True
         self.cfg["weights"] = str(path)
-        self.mix  # check layer_weights against the loaded biLM
+        _ = self.mix  # check layer_weights against the loaded biLM
 
     def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
@@ -172,7 +184,9 @@ class Elmo(TrainablePipe):
         self._require_weights()
         self.bilm.precision = self.cfg["precision"]
         bilm_config = self.bilm.config
-        outputs = [np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs]
+        outputs = [
+            np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs
+        ]
         segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]
         words = [tuple(docs[position][int(i)].text for i in indices) for position, indices in segments]
         cache = self._sentences.for_model(self.bilm)
@@ -206,7 +220,7 @@ class Elmo(TrainablePipe):
         mix = self.mix
         for doc, doc_layers in zip(docs, layers):
             doc._.elmo_data = doc_layers
-            doc._.elmo_mix = mix
+            doc._.elmo_mix = mix.as_dict()
             if self.cfg["set_vector_hooks"]:
                 install_vector_hooks(doc)
                 doc.tensor = mix_layers(doc_layers, mix)

@@ -1,5 +1,6 @@
 """BiLMConfig: every size of the network, the presets, the original options.json format and the
 network JSON of ELMoForManyLangs."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -118,9 +119,7 @@ def _validate(config: BiLMConfig) -> None:
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"BiLMConfig.{name} must be a positive integer, got {value!r}.")
     if config.n_highway < 0 or config.vocab_size < 0:
-        raise ConfigError(
-            f"n_highway and vocab_size must be >= 0, got {config.n_highway} and {config.vocab_size}."
-        )
+        raise ConfigError(f"n_highway and vocab_size must be >= 0, got {config.n_highway} and {config.vocab_size}.")
     if not config.filters:
         raise ConfigError("BiLMConfig.filters is empty; give at least one (width, n_filters) pair.")
     for width, count in config.filters:
@@ -159,7 +158,8 @@ def _validate_vocabulary(config: BiLMConfig) -> None:
         )
     if config.char_vocabulary == TABLE_ENCODING and config.max_characters_per_token < 3:
         raise ConfigError(
-            f"max_characters_per_token must be >= 3 (begin mark, a character, end mark), got {config.max_characters_per_token}."
+            "max_characters_per_token must be >= 3 (begin mark, a character, end mark), got "
+            f"{config.max_characters_per_token}."
         )
     sizes = (config.word_vocab_size, config.word_dim)
     if not all(isinstance(v, int) and v >= 0 for v in sizes) or (sizes[0] == 0) != (sizes[1] == 0):
@@ -175,8 +175,12 @@ _DEFAULTS = {f.name: f.default for f in dataclasses.fields(BiLMConfig)}
 PRESETS: Dict[str, BiLMConfig] = {
     # The published architecture of Peters et al. (2018), with its clipping: 93.6M parameters.
     "original": BiLMConfig(
-        projection_dim=512, lstm_dim=4096, filters=_ORIGINAL_FILTERS, n_highway=2,
-        cell_clip=3.0, proj_clip=3.0,
+        projection_dim=512,
+        lstm_dim=4096,
+        filters=_ORIGINAL_FILTERS,
+        n_highway=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
     ),
     # Sizes of the published medium (28.0M) and small (13.6M) models, unclipped so that they
     # run on the fused LSTM kernels when we pretrain them ourselves.
@@ -184,7 +188,10 @@ PRESETS: Dict[str, BiLMConfig] = {
     "small": BiLMConfig(projection_dim=128, lstm_dim=1024, filters=_ORIGINAL_FILTERS, n_highway=1),
     # For tests and smoke runs.
     "tiny": BiLMConfig(
-        projection_dim=16, lstm_dim=48, filters=((1, 8), (2, 8), (3, 16)), n_highway=1,
+        projection_dim=16,
+        lstm_dim=48,
+        filters=((1, 8), (2, 8), (3, 16)),
+        n_highway=1,
         char_embedding_dim=8,
     ),
 }
@@ -227,7 +234,9 @@ def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig
     return config
 
 
-def config_from_efml(network: Dict[str, Any], *, n_characters: int, word_vocab_size: int = 0, source: str = "network config") -> BiLMConfig:
+def config_from_efml(
+    network: Dict[str, Any], *, n_characters: int, word_vocab_size: int = 0, source: str = "network config"
+) -> BiLMConfig:
     """Read an ELMoForManyLangs network JSON (the file its ``config.json`` names as ``config_path``).
 
     The JSON holds no vocabulary sizes: ``n_characters`` (rows of our character embedding, one more
@@ -269,11 +278,19 @@ def config_from_efml(network: Dict[str, Any], *, n_characters: int, word_vocab_s
 
 def _require_efml_parts(encoder: Dict[str, Any], embedder: Dict[str, Any], source: str) -> None:
     if str(encoder["name"]).lower() != "elmo":
-        raise ConfigError(f"{source}: encoder {encoder['name']!r} is not supported; only the 'elmo' encoder (biLM with projection) is.")
+        raise ConfigError(
+            f"{source}: encoder {encoder['name']!r} is not supported; only the 'elmo' encoder (biLM with projection) "
+            "is."
+        )
     if str(embedder["name"]).lower() != "cnn":
-        raise ConfigError(f"{source}: token_embedder {embedder['name']!r} is not supported; only the 'cnn' (char CNN) token embedder is.")
+        raise ConfigError(
+            f"{source}: token_embedder {embedder['name']!r} is not supported; only the 'cnn' (char CNN) token "
+            "embedder is."
+        )
     if int(embedder["char_dim"]) <= 0:
-        raise ConfigError(f"{source}: char_dim is {embedder['char_dim']}; models without a character encoder are not supported.")
+        raise ConfigError(
+            f"{source}: char_dim is {embedder['char_dim']}; models without a character encoder are not supported."
+        )
 
 
 def _optional_float(value: Any) -> Optional[float]:

@@ -12,6 +12,7 @@ another run into the same folder is refused. When every shard exists they are me
 original ``allennlp elmo`` command wrote), atomically, and the shards folder is removed. A
 sentence's vectors do not depend on its batch, so the result equals a single-process run bitwise.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ from typing import Callable, List, Optional
 
 from tqdm import tqdm
 
+from .choices import choose
 from .download import sha256_of
-from .hdf5_embeddings import LAYER_CHOICES, read_lines, write_embeddings, write_sentence_index
+from .hdf5_embeddings import LAYER_SELECTIONS, read_lines, write_embeddings, write_sentence_index
 from .io import atomic_write, atomic_write_json
 
 MANIFEST = "manifest.json"
@@ -63,8 +65,12 @@ def embed_corpus(source: Path, target: Path, settings: EmbedSettings, processes:
     return len(lines)
 
 
-def _embed_missing_shards(lines: List[str], shards_dir: Path, settings: EmbedSettings, processes: int, progress: bool) -> None:
-    todo = [k for k in range(_shard_count(len(lines), settings.shard_lines)) if not _shard_path(shards_dir, k).is_file()]
+def _embed_missing_shards(
+    lines: List[str], shards_dir: Path, settings: EmbedSettings, processes: int, progress: bool
+) -> None:
+    todo = [
+        k for k in range(_shard_count(len(lines), settings.shard_lines)) if not _shard_path(shards_dir, k).is_file()
+    ]
     done_lines = len(lines) - sum(len(_shard_lines(lines, k, settings.shard_lines)) for k in todo)
     with tqdm(total=len(lines), initial=done_lines, unit="line", desc="Embedding", disable=not progress) as bar:
         if processes == 1:
@@ -74,8 +80,7 @@ def _embed_missing_shards(lines: List[str], shards_dir: Path, settings: EmbedSet
 
 
 def _check(settings: EmbedSettings, processes: int) -> None:
-    if settings.layers not in LAYER_CHOICES:
-        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {settings.layers!r}.")
+    choose(LAYER_SELECTIONS, "layers", settings.layers)  # before any work: the same table the writer uses
     if processes < 1 or settings.shard_lines < 1 or settings.batch_size < 1:
         raise ValueError(
             f"processes, shard_lines and batch_size must be positive, got {processes}, "
@@ -84,7 +89,13 @@ def _check(settings: EmbedSettings, processes: int) -> None:
 
 
 def _manifest(source: Path, n_lines: int, settings: EmbedSettings) -> dict:
-    return {"input": str(source), "bytes": source.stat().st_size, "sha256": sha256_of(source), "lines": n_lines, **asdict(settings)}
+    return {
+        "input": str(source),
+        "bytes": source.stat().st_size,
+        "sha256": sha256_of(source),
+        "lines": n_lines,
+        **asdict(settings),
+    }
 
 
 def _prepare(shards_dir: Path, manifest: dict) -> None:
@@ -115,25 +126,37 @@ def _shard_path(shards_dir: Path, shard: int) -> Path:
     return shards_dir / f"shard-{shard:05d}.hdf5"
 
 
-def _write_shard(nlp, part: List[str], shard: int, shards_dir: Path, settings: EmbedSettings, on_line: Callable[[], None]) -> int:
+def _write_shard(
+    nlp, part: List[str], shard: int, shards_dir: Path, settings: EmbedSettings, on_line: Callable[[], None]
+) -> int:
     """Shard ``shard``, given its own lines: datasets named by their line numbers in the file."""
     first = shard * settings.shard_lines
-    atomic_write(_shard_path(shards_dir, shard), lambda path: write_embeddings(
-        nlp, part, path, first, settings.layers, settings.tokenized, settings.batch_size, on_line))
+    atomic_write(
+        _shard_path(shards_dir, shard),
+        lambda path: write_embeddings(
+            nlp, part, path, first, settings.layers, settings.tokenized, settings.batch_size, on_line
+        ),
+    )
     return len(part)
 
 
 def _run_here(lines: List[str], todo: List[int], shards_dir: Path, settings: EmbedSettings, bar: tqdm) -> None:
     nlp = _load(settings)
     for shard in todo:
-        _write_shard(nlp, _shard_lines(lines, shard, settings.shard_lines), shard, shards_dir, settings, lambda: bar.update(1))
+        _write_shard(
+            nlp, _shard_lines(lines, shard, settings.shard_lines), shard, shards_dir, settings, lambda: bar.update(1)
+        )
 
 
 def _run_in_processes(lines, todo, shards_dir, settings: EmbedSettings, processes: int, bar: tqdm) -> None:
     threads = max(1, (os.cpu_count() or 1) // processes)
     context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
-    with ProcessPoolExecutor(processes, mp_context=context, initializer=_start_worker, initargs=(settings, threads)) as pool:
-        futures = [pool.submit(_worker_shard, _shard_lines(lines, k, settings.shard_lines), k, str(shards_dir)) for k in todo]
+    with ProcessPoolExecutor(
+        processes, mp_context=context, initializer=_start_worker, initargs=(settings, threads)
+    ) as pool:
+        futures = [
+            pool.submit(_worker_shard, _shard_lines(lines, k, settings.shard_lines), k, str(shards_dir)) for k in todo
+        ]
         for future in as_completed(futures):
             bar.update(future.result())
 

@@ -11,6 +11,7 @@ size and sha256, so a second call sends no request at all. A file that fails a c
 Why ``requests`` and not pooch: pooch restarts an interrupted download from byte zero (a 374 MB
 weights file cut at 90% is fetched again whole) and has no ``file://`` downloader; both matter here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -77,9 +78,7 @@ def fetch(remote: RemoteFile, cache: Optional[Path] = None, progress: bool = Tru
     elif scheme == "file":
         _copy_local(remote, part, progress)
     else:
-        raise DownloadError(
-            f"Cannot fetch {remote.url!r}: only http://, https:// and file:// URLs are supported."
-        )
+        raise DownloadError(f"Cannot fetch {remote.url!r}: only http://, https:// and file:// URLs are supported.")
     digest = _verify(remote, part, delete_on_failure=True)
     os.replace(part, target)
     _write_record(target, remote, digest)
@@ -130,7 +129,9 @@ def _verify(remote: RemoteFile, path: Path, delete_on_failure: bool) -> str:
         return digest
     if delete_on_failure:
         path.unlink(missing_ok=True)
-        raise DownloadError(f"{remote.filename} from {remote.url} {problem}. It was deleted; run the command again to retry.")
+        raise DownloadError(
+            f"{remote.filename} from {remote.url} {problem}. It was deleted; run the command again to retry."
+        )
     raise DownloadError(f"{path} {problem}. Replace it with the right file or delete it to download again.")
 
 
@@ -156,13 +157,22 @@ def _download_http(remote: RemoteFile, part: Path, progress: bool) -> None:
     have = part.stat().st_size if part.is_file() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     try:
-        with requests.get(remote.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as response:
+        with requests.get(
+            remote.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)
+        ) as response:
             if response.status_code == 416 and have:  # the part is already whole
                 return
             _raise_for_status(remote, response)
             resumed = response.status_code == 206
             total = _expected_total(response, have if resumed else 0)
-            _stream_to(part, response.iter_content(NETWORK_CHUNK_BYTES), append=resumed, total=total, remote=remote, progress=progress)
+            _stream_to(
+                part,
+                response.iter_content(NETWORK_CHUNK_BYTES),
+                append=resumed,
+                total=total,
+                remote=remote,
+                progress=progress,
+            )
     except requests.exceptions.ConnectionError as err:
         if part.is_file() and part.stat().st_size > have:
             raise _interrupted(remote, part) from None
@@ -192,10 +202,19 @@ def _stream_to(part: Path, chunks, append: bool, total: Optional[int], remote: R
     from tqdm import tqdm
 
     initial = part.stat().st_size if append and part.is_file() else 0
-    with open(part, "ab" if append else "wb") as stream, tqdm(
-        total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
-        desc=remote.filename, disable=not progress, leave=False,
-    ) as bar:
+    with (
+        open(part, "ab" if append else "wb") as stream,
+        tqdm(
+            total=total,
+            initial=initial,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=remote.filename,
+            disable=not progress,
+            leave=False,
+        ) as bar,
+    ):
         for chunk in chunks:
             stream.write(chunk)
             bar.update(len(chunk))

@@ -21,6 +21,7 @@ characters: it strips each line first, so a whitespace key (e.g. " ") is lost an
 under U+3000, and its ``codecs`` line iteration also breaks lines at U+2028, U+0085, "\\r", etc.
 We keep such characters as written. A line holding only an id is filed under U+3000, as they do.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -50,9 +51,13 @@ PathLike = Union[str, Path]
 _PUBLISHED_NETWORK: Dict[str, Any] = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
     "token_embedder": {
-        "name": "cnn", "activation": "relu",
+        "name": "cnn",
+        "activation": "relu",
         "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-        "n_highway": 2, "word_dim": 100, "char_dim": 50, "max_characters_per_token": 50,
+        "n_highway": 2,
+        "word_dim": 100,
+        "char_dim": 50,
+        "max_characters_per_token": 50,
     },
     "classifier": {"name": "sampled_softmax", "n_samples": 8192},
     "dropout": 0.1,
@@ -102,7 +107,9 @@ def read_network(model_dir: Path) -> Tuple[Dict[str, Any], str]:
     arguments = _read_json(model_dir / MODEL_CONFIG)
     config_path = arguments.get("config_path")
     if not isinstance(config_path, str) or not config_path:
-        raise WeightsError(f"{model_dir / MODEL_CONFIG} has no 'config_path' naming the network JSON; is it an ELMoForManyLangs model?")
+        raise WeightsError(
+            f"{model_dir / MODEL_CONFIG} has no 'config_path' naming the network JSON; is it an ELMoForManyLangs model?"
+        )
     name = Path(config_path).name
     candidates = [model_dir / config_path, model_dir / name]
     package = _package_configs()
@@ -129,7 +136,10 @@ def _package_configs() -> Optional[Path]:
 
 def _read_json(path: Path) -> Dict[str, Any]:
     if not path.is_file():
-        raise WeightsError(f"{path}: file not found; an ELMoForManyLangs model directory holds {MODEL_CONFIG}, {CHAR_DIC}, {TOKEN_EMBEDDER} and {ENCODER}.")
+        raise WeightsError(
+            f"{path}: file not found; an ELMoForManyLangs model directory holds {MODEL_CONFIG}, {CHAR_DIC}, "
+            f"{TOKEN_EMBEDDER} and {ENCODER}."
+        )
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -142,7 +152,10 @@ def _read_json(path: Path) -> Dict[str, Any]:
 def read_lexicon(path: Path) -> Dict[str, int]:
     """A ``.dic`` file: token -> id, lines "token<TAB>id" (see the module docstring for details)."""
     if not path.is_file():
-        raise WeightsError(f"{path}: file not found; the model's vocabulary is needed to encode tokens. Copy it from the model's release.")
+        raise WeightsError(
+            f"{path}: file not found; the model's vocabulary is needed to encode tokens. Copy it from the model's "
+            "release."
+        )
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -157,7 +170,9 @@ def read_lexicon(path: Path) -> Dict[str, int]:
         try:
             lexicon[token] = int(value)
         except ValueError:
-            raise WeightsError(f"{path}, line {number}: {line[:60]!r} is not 'token<TAB>id' with an integer id.") from None
+            raise WeightsError(
+                f"{path}, line {number}: {line[:60]!r} is not 'token<TAB>id' with an integer id."
+            ) from None
     if not lexicon:
         raise WeightsError(f"{path} is empty; it should list the model's vocabulary as 'token<TAB>id' lines.")
     return lexicon
@@ -170,9 +185,15 @@ def efml_indexer(model_dir: Path, config: BiLMConfig, char_rows: int, word_rows:
     table = CharTable(
         shifted,
         # their batcher puts the id of '<eow>' first and the id of '<bow>' last
-        begin_of_word=chars["<eow>"] + 1, end_of_word=chars["<bow>"] + 1,
-        pad=chars["<pad>"] + 1, unknown=chars["<oov>"] + 1, bos=chars["<bos>"] + 1, eos=chars["<eos>"] + 1,
-        max_length=config.max_characters_per_token, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN,
+        begin_of_word=chars["<eow>"] + 1,
+        end_of_word=chars["<bow>"] + 1,
+        pad=chars["<pad>"] + 1,
+        unknown=chars["<oov>"] + 1,
+        bos=chars["<bos>"] + 1,
+        eos=chars["<eos>"] + 1,
+        max_length=config.max_characters_per_token,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
     )
     if not config.word_dim:
         return TokenIndexer(table)
@@ -197,7 +218,9 @@ def _checked_lexicon(path: Path, rows: int, required: Tuple[str, ...], weights: 
 def read_state_dict(path: Path) -> Dict[str, Tensor]:
     """A torch-saved state dict, loaded without running code: anything but tensors is refused."""
     if not path.is_file():
-        raise WeightsError(f"{path}: file not found; an ELMoForManyLangs model directory holds {TOKEN_EMBEDDER} and {ENCODER}.")
+        raise WeightsError(
+            f"{path}: file not found; an ELMoForManyLangs model directory holds {TOKEN_EMBEDDER} and {ENCODER}."
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -224,7 +247,8 @@ class _StateReader:
         if tensor is None or tensor.dim() != 2:
             found = None if tensor is None else tuple(tensor.shape)
             raise WeightsError(
-                f"{self.path}: needs a 2-d tensor {name!r} (found {found}); tensors present: {sorted(self.tensors)[:8]}..."
+                f"{self.path}: needs a 2-d tensor {name!r} (found {found}); tensors present: "
+                f"{sorted(self.tensors)[:8]}..."
             )
         return int(tensor.shape[0])
 
@@ -234,7 +258,8 @@ class _StateReader:
         tensor = self.tensors.pop(name)
         if tuple(tensor.shape) != tuple(shape):
             raise WeightsError(
-                f"{self.path}: tensor {name!r} has shape {tuple(tensor.shape)}, the network config implies {tuple(shape)}."
+                f"{self.path}: tensor {name!r} has shape {tuple(tensor.shape)}, the network config implies "
+                f"{tuple(shape)}."
             )
         return tensor.float()
 

@@ -1,9 +1,10 @@
 """Sentences in, layers out: the plain-Python entry point to a biLM.
 
-Adds the sentence boundaries (``<S>``/``</S>``, or the model's own boundary tokens), looks token representations up in the bilm's token cache
-(encoding only the new ones), runs the LSTMs in batches under a token budget, and returns numpy
-arrays with the boundaries stripped.
+Adds the sentence boundaries (``<S>``/``</S>``, or the model's own boundary tokens), looks token
+representations up in the bilm's token cache (encoding only the new ones), runs the LSTMs in
+batches under a token budget, and returns numpy arrays with the boundaries stripped.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, List, Sequence
@@ -132,7 +133,9 @@ def batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Iter
 
 def _as_tokens(row: int, sentence: Sequence[str]) -> List[str]:
     if isinstance(sentence, str):
-        raise TypeError(f"Sentence {row} is a string ({sentence[:40]!r}); pass it as a list of tokens, e.g. text.split().")
+        raise TypeError(
+            f"Sentence {row} is a string ({sentence[:40]!r}); pass it as a list of tokens, e.g. text.split()."
+        )
     tokens = list(sentence)
     for token in tokens:
         if not isinstance(token, str):

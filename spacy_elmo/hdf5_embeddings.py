@@ -1,6 +1,7 @@
 """Embeddings in HDF5, in the layout of the original ``allennlp elmo`` command: one dataset per input
 line (named by its line number, from "0") and a ``sentence_to_index`` dataset holding a JSON object
 from line text to dataset name. ``corpus_embed`` runs this over a whole file in shards."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,11 +19,18 @@ LAYER_SELECTIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "top": lambda data: data[-1],  # (T, 2P)
     "average": lambda data: data.mean(axis=0),  # (T, 2P)
 }
-LAYER_CHOICES = tuple(LAYER_SELECTIONS)
 
 
-def write_embeddings(nlp: Language, lines: List[str], path: Path, first_index: int = 0, layers: str = "all",
-                     tokenized: bool = False, batch_size: int = 64, on_line: Callable[[], None] = lambda: None) -> None:
+def write_embeddings(
+    nlp: Language,
+    lines: List[str],
+    path: Path,
+    first_index: int = 0,
+    layers: str = "all",
+    tokenized: bool = False,
+    batch_size: int = 64,
+    on_line: Callable[[], None] = lambda: None,
+) -> None:
     """Embed ``lines`` into a new HDF5 file at ``path``: dataset ``str(first_index + i)`` per line.
 
     layers: "all" stores (L+1, T, 2P) per line, "top" the last layer (T, 2P), "average" the mean

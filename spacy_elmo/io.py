@@ -4,6 +4,7 @@ A reader never sees a half-written file: content goes to a temporary name beside
 is flushed to disk, and is renamed into place (``os.replace`` is atomic on one file system).
 A failure removes the temporary and leaves the target as it was.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -55,9 +56,7 @@ def atomic_directory(path: PathLike, replace: bool = False) -> Iterator[Path]:
     if path.is_dir() and not any(path.iterdir()):
         path.rmdir()  # an empty directory made for us beforehand holds nothing to keep
     if path.exists() and not (replace and path.is_dir()):
-        raise FileExistsError(
-            f"{path} already exists; choose another output directory or remove it first."
-        )
+        raise FileExistsError(f"{path} already exists; choose another output directory or remove it first.")
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:

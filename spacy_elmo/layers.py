@@ -5,6 +5,7 @@
 no host copy). The wrapped module serializes as safetensors plus its BiLMConfig, so loading
 rebuilds the network at the sizes of the stored weights and nothing is unpickled.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,11 @@ def build_bilm(
     it. Weights loaded later (``initialize`` with weights, or a saved pipeline) bring their own
     sizes and replace these."""
     sizes = {
-        "projection_dim": projection_dim, "lstm_dim": lstm_dim, "n_layers": n_layers,
-        "n_highway": n_highway, "char_embedding_dim": char_embedding_dim,
+        "projection_dim": projection_dim,
+        "lstm_dim": lstm_dim,
+        "n_layers": n_layers,
+        "n_highway": n_highway,
+        "char_embedding_dim": char_embedding_dim,
     }
     config = BiLMConfig.preset(preset, **{k: v for k, v in sizes.items() if v is not None})
     return PyTorchWrapper_v3(

@@ -1,13 +1,22 @@
 """The settings of a mix of biLM layers, typed: ``gamma * sum_j w_j * h_j`` over the L+1 layers
 (each h_j standardized per token when ``layer_norm`` is on), and how the mixed token vectors are
-pooled into span and doc vectors. ``as_dict`` is the plain form that ``attributes.mix_layers``
-reads and ``doc._.elmo_mix`` stores (a doc's user data must stay serializable)."""
+pooled into span and doc vectors. ``as_dict`` is the plain form that ``doc._.elmo_mix`` stores
+(a doc's user data must stay serializable); ``from_dict`` reads it back."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from .attributes import check_mix_settings
+import numpy as np
+
+from .choices import choose
+
+# pooling name -> (n, 2P) mixed token vectors -> (2P,)
+POOLINGS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "mean": lambda vectors: vectors.mean(axis=0),
+    "max": lambda vectors: vectors.max(axis=0),
+}
 
 
 @dataclass(frozen=True)
@@ -22,11 +31,54 @@ class MixSettings:
     def __post_init__(self) -> None:
         check_mix_settings(self.layer_weights, self.gamma, self.pooling)
         object.__setattr__(self, "layer_weights", tuple(float(w) for w in self.layer_weights))
+        object.__setattr__(self, "gamma", float(self.gamma))
+        object.__setattr__(self, "layer_norm", bool(self.layer_norm))
 
     @classmethod
     def average(cls, n_layers: int) -> "MixSettings":
         """Equal weights over ``n_layers`` layers."""
         return cls((1.0 / n_layers,) * n_layers)
 
+    @classmethod
+    def for_layers(
+        cls,
+        n_layers: int,
+        layer_weights: Optional[Sequence[float]] = None,
+        gamma: float = 1.0,
+        pooling: str = "mean",
+        layer_norm: bool = True,
+    ) -> "MixSettings":
+        """Settings for a biLM with ``n_layers`` layers; ``layer_weights`` None is the average."""
+        check_mix_settings(layer_weights, gamma, pooling)
+        if layer_weights is None:
+            layer_weights = [1.0 / n_layers] * n_layers
+        if len(layer_weights) != n_layers:
+            raise ValueError(
+                f"layer_weights has {len(layer_weights)} values but the biLM has {n_layers} layers "
+                "(the token layer and each LSTM layer); give one weight per layer."
+            )
+        return cls(tuple(layer_weights), gamma, layer_norm, pooling)
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> "MixSettings":
+        return cls(tuple(spec["layer_weights"]), spec["gamma"], spec.get("layer_norm", True), spec["pooling"])
+
     def as_dict(self) -> Dict[str, Any]:
-        return {"layer_weights": list(self.layer_weights), "gamma": self.gamma, "pooling": self.pooling, "layer_norm": self.layer_norm}
+        return {
+            "layer_weights": list(self.layer_weights),
+            "gamma": self.gamma,
+            "pooling": self.pooling,
+            "layer_norm": self.layer_norm,
+        }
+
+    def pool(self, vectors: np.ndarray) -> np.ndarray:
+        """(n, 2P) mixed token vectors -> (2P,) by this mix's pooling."""
+        return POOLINGS[self.pooling](vectors)
+
+
+def check_mix_settings(layer_weights: Optional[Sequence[float]], gamma: float, pooling: str) -> None:
+    """What can be checked before the number of layers is known."""
+    values = [float(w) for w in layer_weights or []] + [float(gamma)]
+    if not all(np.isfinite(values)):
+        raise ValueError(f"layer_weights and gamma must be finite, got {layer_weights} and {gamma}.")
+    choose(POOLINGS, "pooling", pooling)

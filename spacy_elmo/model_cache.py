@@ -10,6 +10,7 @@ The downloads stay in ``CACHE/downloads`` (see ``download``); the converted mode
 Each converted directory carries ``source.json``: where it came from, the files' sha256, the
 licence and the citation.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,7 +23,7 @@ from typing import Dict, Optional, Sequence, Union
 
 from .download import DownloadError, RemoteFile, cache_dir, fetch, recorded_sha256
 from .io import atomic_directory, atomic_write_json
-from .models import BILM_TF, EFML, PublishedModel, get_model
+from .models import BILM_TF, PublishedModel, get_model
 from .weights import CONFIG_FILE, WEIGHTS_FILE, WeightsError, import_original, save_bilm
 
 SOURCE_FILE = "source.json"
@@ -54,12 +55,16 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
         return target
     paths = [fetch(remote, cache, progress) for remote in model.files]
     if model.format == BILM_TF:
-        return _convert_into(target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model))
+        return _convert_into(
+            target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model)
+        )
     with _extracted(paths[0]) as folder:
         return _convert_into(target, lambda: convert_directory(folder), model.files, paths, _provenance(model))
 
 
-def ensure_original_files(options_url: str, weights_url: str, label: str, cache: Optional[Path] = None, progress: bool = True) -> Path:
+def ensure_original_files(
+    options_url: str, weights_url: str, label: str, cache: Optional[Path] = None, progress: bool = True
+) -> Path:
     """A bilm-tf model given by the URLs of its options.json and weights.hdf5."""
     remotes = (RemoteFile(options_url, "options.json"), RemoteFile(weights_url, "weights.hdf5"))
     target = _models_dir(cache) / f"{_slug(label)}-{_url_key(options_url + ' ' + weights_url)}"
@@ -81,8 +86,15 @@ def ensure_url(url: str, cache: Optional[Path] = None, progress: bool = True) ->
         return _convert_into(target, lambda: convert_directory(folder), (remote,), [path], {"name": url})
 
 
-def download_model(spec: str, output: PathLike, options: Optional[str] = None, weights: Optional[str] = None,
-                   cache: Optional[Path] = None, progress: bool = True, replace: bool = False) -> Path:
+def download_model(
+    spec: str,
+    output: PathLike,
+    options: Optional[str] = None,
+    weights: Optional[str] = None,
+    cache: Optional[Path] = None,
+    progress: bool = True,
+    replace: bool = False,
+) -> Path:
     """Fetch and convert ``spec`` (or the bilm-tf files at ``options``/``weights``) and write the
     native biLM to ``output`` atomically."""
     if (options is None) != (weights is None):
@@ -122,7 +134,10 @@ def convert_directory(folder: Path):
 
 def _convert_into(target: Path, build, remotes: Sequence[RemoteFile], paths: Sequence[Path], provenance: Dict) -> Path:
     bilm = build()
-    files = [{"url": r.url, "file": r.filename, "sha256": recorded_sha256(p), "bytes": p.stat().st_size} for r, p in zip(remotes, paths)]
+    files = [
+        {"url": r.url, "file": r.filename, "sha256": recorded_sha256(p), "bytes": p.stat().st_size}
+        for r, p in zip(remotes, paths)
+    ]
     with atomic_directory(target, replace=True) as temporary:
         save_bilm(bilm, temporary)
         atomic_write_json(temporary / SOURCE_FILE, {**provenance, "files": files})
@@ -131,8 +146,13 @@ def _convert_into(target: Path, build, remotes: Sequence[RemoteFile], paths: Seq
 
 def _provenance(model: PublishedModel) -> Dict:
     return {
-        "name": model.name, "language": model.language, "format": model.format, "trained_on": model.trained_on,
-        "licence": model.licence, "citation": model.citation, "source": model.source,
+        "name": model.name,
+        "language": model.language,
+        "format": model.format,
+        "trained_on": model.trained_on,
+        "licence": model.licence,
+        "citation": model.citation,
+        "source": model.source,
     }
 
 
@@ -176,7 +196,9 @@ def _extract_tar_safely(handle: tarfile.TarFile, folder: Path) -> None:
         destination = (folder / member.name).resolve()
         outside = root not in destination.parents and destination != root
         if outside or not (member.isfile() or member.isdir()):
-            raise DownloadError(f"Refusing to unpack {member.name!r}: it points outside the archive's folder or is a link.")
+            raise DownloadError(
+                f"Refusing to unpack {member.name!r}: it points outside the archive's folder or is a link."
+            )
     handle.extractall(folder)
 
 

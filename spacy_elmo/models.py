@@ -9,6 +9,7 @@ and ``efml`` (ELMoForManyLangs: a zip with config.json, char.dic, word.dic, enco
 token_embedder.pkl). Sizes and sha256 are given where the publisher states them; where they are
 not known, the first download records the sha256 it got and later uses check against it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,47 +61,117 @@ class PublishedModel:
         return _SPACY_LANGUAGE.get(self.language, self.language)
 
 
-def _allennlp(name: str, folder: str, stem: str, weights: str, trained_on: str, parameters: Optional[str], language: str = "en") -> PublishedModel:
+def _allennlp(
+    name: str, folder: str, stem: str, weights: str, trained_on: str, parameters: Optional[str], language: str = "en"
+) -> PublishedModel:
     return PublishedModel(
-        name=name, language=language, format=BILM_TF,
+        name=name,
+        language=language,
+        format=BILM_TF,
         files=(
             RemoteFile(f"{_ALLENNLP}/{folder}/{stem}_options.json", "options.json"),
             RemoteFile(f"{_ALLENNLP}/{folder}/{weights}", "weights.hdf5"),
         ),
-        trained_on=trained_on, licence=_ALLENNLP_LICENCE if "contributed" not in folder else _UNSTATED_LICENCE,
-        citation=PETERS_2018, source="https://allennlp.org/elmo", parameters=parameters,
+        trained_on=trained_on,
+        licence=_ALLENNLP_LICENCE if "contributed" not in folder else _UNSTATED_LICENCE,
+        citation=PETERS_2018,
+        source="https://allennlp.org/elmo",
+        parameters=parameters,
     )
 
 
 _ONE_BILLION = "1B Word Benchmark (800M tokens of WMT 2011 news)"
 _ALLENNLP_MODELS = [
-    _allennlp("small", "2x1024_128_2048cnn_1xhighway", "elmo_2x1024_128_2048cnn_1xhighway",
-              "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5", _ONE_BILLION, "13.6M"),
-    _allennlp("medium", "2x2048_256_2048cnn_1xhighway", "elmo_2x2048_256_2048cnn_1xhighway",
-              "elmo_2x2048_256_2048cnn_1xhighway_weights.hdf5", _ONE_BILLION, "28.0M"),
-    _allennlp("original", "2x4096_512_2048cnn_2xhighway", "elmo_2x4096_512_2048cnn_2xhighway",
-              "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5", _ONE_BILLION, "93.6M"),
-    _allennlp("original-5.5B", "2x4096_512_2048cnn_2xhighway_5.5B", "elmo_2x4096_512_2048cnn_2xhighway_5.5B",
-              "elmo_2x4096_512_2048cnn_2xhighway_5.5B_weights.hdf5",
-              "Wikipedia (1.9B tokens) and WMT 2008-2012 news (3.6B)", "93.6M"),
-    _allennlp("pubmed", "contributed/pubmed", "elmo_2x4096_512_2048cnn_2xhighway",
-              "elmo_2x4096_512_2048cnn_2xhighway_weights_PubMed_only.hdf5", "PubMed abstracts (contributed)", "93.6M"),
-    _allennlp("pt", "contributed/pt", "elmo_pt", "elmo_pt_weights.hdf5", "Portuguese text (contributed)", None, language="pt"),
+    _allennlp(
+        "small",
+        "2x1024_128_2048cnn_1xhighway",
+        "elmo_2x1024_128_2048cnn_1xhighway",
+        "elmo_2x1024_128_2048cnn_1xhighway_weights.hdf5",
+        _ONE_BILLION,
+        "13.6M",
+    ),
+    _allennlp(
+        "medium",
+        "2x2048_256_2048cnn_1xhighway",
+        "elmo_2x2048_256_2048cnn_1xhighway",
+        "elmo_2x2048_256_2048cnn_1xhighway_weights.hdf5",
+        _ONE_BILLION,
+        "28.0M",
+    ),
+    _allennlp(
+        "original",
+        "2x4096_512_2048cnn_2xhighway",
+        "elmo_2x4096_512_2048cnn_2xhighway",
+        "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5",
+        _ONE_BILLION,
+        "93.6M",
+    ),
+    _allennlp(
+        "original-5.5B",
+        "2x4096_512_2048cnn_2xhighway_5.5B",
+        "elmo_2x4096_512_2048cnn_2xhighway_5.5B",
+        "elmo_2x4096_512_2048cnn_2xhighway_5.5B_weights.hdf5",
+        "Wikipedia (1.9B tokens) and WMT 2008-2012 news (3.6B)",
+        "93.6M",
+    ),
+    _allennlp(
+        "pubmed",
+        "contributed/pubmed",
+        "elmo_2x4096_512_2048cnn_2xhighway",
+        "elmo_2x4096_512_2048cnn_2xhighway_weights_PubMed_only.hdf5",
+        "PubMed abstracts (contributed)",
+        "93.6M",
+    ),
+    _allennlp(
+        "pt", "contributed/pt", "elmo_pt", "elmo_pt_weights.hdf5", "Portuguese text (contributed)", None, language="pt"
+    ),
 ]
 
 # ELMoForManyLangs: (language code, language, NLPL repository id), as listed in its README.
 _EFML_LANGUAGES = [
-    ("ar", "Arabic", 136), ("bg", "Bulgarian", 137), ("ca", "Catalan", 138), ("cs", "Czech", 139),
-    ("cu", "Old Church Slavonic", 140), ("da", "Danish", 141), ("de", "German", 142), ("el", "Greek", 143),
-    ("en", "English", 144), ("es", "Spanish", 145), ("et", "Estonian", 146), ("eu", "Basque", 147),
-    ("fa", "Persian", 148), ("fi", "Finnish", 149), ("fr", "French", 150), ("ga", "Irish", 151),
-    ("gl", "Galician", 152), ("grc", "Ancient Greek", 153), ("he", "Hebrew", 154), ("hi", "Hindi", 155),
-    ("hr", "Croatian", 156), ("hu", "Hungarian", 157), ("id", "Indonesian", 158), ("it", "Italian", 159),
-    ("ja", "Japanese", 160), ("ko", "Korean", 161), ("la", "Latin", 162), ("lv", "Latvian", 163),
-    ("nl", "Dutch", 164), ("nb", "Norwegian Bokmål", 165), ("nn", "Norwegian Nynorsk", 166),
-    ("pl", "Polish", 167), ("pt", "Portuguese", 168), ("ro", "Romanian", 169), ("ru", "Russian", 170),
-    ("sk", "Slovak", 171), ("sl", "Slovene", 172), ("sv", "Swedish", 173), ("tr", "Turkish", 174),
-    ("ug", "Uyghur", 175), ("uk", "Ukrainian", 176), ("ur", "Urdu", 177), ("vi", "Vietnamese", 178),
+    ("ar", "Arabic", 136),
+    ("bg", "Bulgarian", 137),
+    ("ca", "Catalan", 138),
+    ("cs", "Czech", 139),
+    ("cu", "Old Church Slavonic", 140),
+    ("da", "Danish", 141),
+    ("de", "German", 142),
+    ("el", "Greek", 143),
+    ("en", "English", 144),
+    ("es", "Spanish", 145),
+    ("et", "Estonian", 146),
+    ("eu", "Basque", 147),
+    ("fa", "Persian", 148),
+    ("fi", "Finnish", 149),
+    ("fr", "French", 150),
+    ("ga", "Irish", 151),
+    ("gl", "Galician", 152),
+    ("grc", "Ancient Greek", 153),
+    ("he", "Hebrew", 154),
+    ("hi", "Hindi", 155),
+    ("hr", "Croatian", 156),
+    ("hu", "Hungarian", 157),
+    ("id", "Indonesian", 158),
+    ("it", "Italian", 159),
+    ("ja", "Japanese", 160),
+    ("ko", "Korean", 161),
+    ("la", "Latin", 162),
+    ("lv", "Latvian", 163),
+    ("nl", "Dutch", 164),
+    ("nb", "Norwegian Bokmål", 165),
+    ("nn", "Norwegian Nynorsk", 166),
+    ("pl", "Polish", 167),
+    ("pt", "Portuguese", 168),
+    ("ro", "Romanian", 169),
+    ("ru", "Russian", 170),
+    ("sk", "Slovak", 171),
+    ("sl", "Slovene", 172),
+    ("sv", "Swedish", 173),
+    ("tr", "Turkish", 174),
+    ("ug", "Uyghur", 175),
+    ("uk", "Ukrainian", 176),
+    ("ur", "Urdu", 177),
+    ("vi", "Vietnamese", 178),
     ("zh", "Chinese (traditional)", 179),
 ]
 
@@ -110,10 +181,13 @@ _SPACY_LANGUAGE = {"cu": "xx", "gl": "xx", "ug": "xx"}
 
 def _efml(code: str, language: str, nlpl_id: int) -> PublishedModel:
     return PublishedModel(
-        name=f"efml-{code}", language=code, format=EFML,
+        name=f"efml-{code}",
+        language=code,
+        format=EFML,
         files=(RemoteFile(f"{_NLPL_EFML}/{nlpl_id}.zip", f"{nlpl_id}.zip"),),
         trained_on=f"{language}: 20M words of the CoNLL 2018 shared task raw text (Wikipedia + Common Crawl)",
-        licence=_UNSTATED_LICENCE, citation=CHE_2018,
+        licence=_UNSTATED_LICENCE,
+        citation=CHE_2018,
         source="https://github.com/HIT-SCIR/ELMoForManyLangs",
     )
 

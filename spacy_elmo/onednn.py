@@ -17,6 +17,7 @@ call splits a sum across threads (the result does not depend on the thread count
 The reordered copy of a weight is made once and kept beside it, like the bfloat16 copies of
 ``precision``: it costs one more copy of the recurrent weights (168 MB for the original model).
 """
+
 from __future__ import annotations
 
 import functools
@@ -83,7 +84,9 @@ def _linear_blocks(x: Tensor, blocks: List[Tensor]) -> Tensor:
     """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded)."""
     out = None
     for index, block in enumerate(blocks):
-        part = torch.ops.mkldnn._linear_pointwise(x[:, index * K_BLOCK : (index + 1) * K_BLOCK], block, None, "none", [], "")
+        part = torch.ops.mkldnn._linear_pointwise(
+            x[:, index * K_BLOCK : (index + 1) * K_BLOCK], block, None, "none", [], ""
+        )
         out = part.float() if out is None else out.add_(part)
     return out
 

@@ -6,6 +6,7 @@ A pipeline is the language's blank pipeline (its own tokenizer), a ``sentencizer
 sentences) and the ``elmo`` component with the weights inside. Published models carry their
 licence, source and citation into ``meta.json``.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,14 @@ from .models import PublishedModel, get_model
 PathLike = Union[str, Path]
 
 
-def assemble_pipeline(weights: PathLike, lang: str = "en", name: str = "elmo", version: str = "0.0.1",
-                      meta: Optional[Dict[str, Any]] = None, elmo_config: Optional[Dict[str, Any]] = None) -> Language:
+def assemble_pipeline(
+    weights: PathLike,
+    lang: str = "en",
+    name: str = "elmo",
+    version: str = "0.0.1",
+    meta: Optional[Dict[str, Any]] = None,
+    elmo_config: Optional[Dict[str, Any]] = None,
+) -> Language:
     """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL);
     ``elmo_config``: more settings of the elmo component."""
     nlp = spacy.blank(lang)
@@ -35,13 +42,14 @@ def assemble_pipeline(weights: PathLike, lang: str = "en", name: str = "elmo", v
     return nlp
 
 
-def published_pipeline(model: PublishedModel, version: str = "0.0.1", lang: Optional[str] = None,
-                       progress: bool = True) -> Language:
+def published_pipeline(
+    model: PublishedModel, version: str = "0.0.1", lang: Optional[str] = None, progress: bool = True
+) -> Language:
     """A pipeline around a catalogue model, its licence and citation in the meta."""
     weights = resolve_weights(model.name, progress=progress)
     meta = {
         "description": f"ELMo contextual vectors from the published '{model.name}' biLM ({model.trained_on}). "
-                       f"Cite: {model.citation}",
+        f"Cite: {model.citation}",
         "license": model.licence,
         "sources": [{"name": f"ELMo '{model.name}'", "url": model.source, "license": model.licence}],
         "url": model.source,
@@ -66,7 +74,8 @@ def package_pipeline(nlp: Language, output_dir: PathLike) -> Path:
     return output_dir / f"{nlp.lang}_{nlp.meta['name']}-{nlp.meta['version']}"
 
 
-def package_published(name: str, output_dir: PathLike, version: str = "0.0.1", lang: Optional[str] = None,
-                      progress: bool = True) -> Path:
+def package_published(
+    name: str, output_dir: PathLike, version: str = "0.0.1", lang: Optional[str] = None, progress: bool = True
+) -> Path:
     """Download, convert, assemble and package a catalogue model; returns the package folder."""
     return package_pipeline(published_pipeline(get_model(name), version, lang, progress), output_dir)

@@ -3,11 +3,13 @@
 ``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (AMX or
 AVX512_BF16 through oneDNN on recent x86 CPUs, tensor cores on GPUs), accumulating in fp32, and
 returns fp32; elementwise work (gates, cell state, clipping) stays fp32. Results still do not
-depend on batch companions: the same fixed shapes run in either precision.
+depend on batch companions: bf16 matmuls always run on fixed shapes (oneDNN's bf16 kernels
+change with the row count; see ``onednn``).
 
 The bfloat16 copy of a weight is made once and kept beside the weight (dropped with it, and
 remade when the weight changes in place).
 """
+
 from __future__ import annotations
 
 import weakref

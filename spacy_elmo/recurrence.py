@@ -16,6 +16,7 @@ shapes, so a sentence's result is bitwise the same whatever else is in the batch
 ``run_differentiable`` is the training path: cuDNN's fused kernel over a PackedSequence-style
 batch for unclipped layers on GPU, an autograd step loop otherwise.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -113,7 +114,12 @@ class LanePlan:
                 starts.setdefault(start_of[sentence], []).append((lane_of[sentence], sentence))
                 ends.setdefault(start_of[sentence] + length - 1, []).append((lane_of[sentence], sentence))
         return cls(
-            n_tokens=int(lengths_t.sum()), width=width, window=window, starts=starts, ends=ends, lane_steps=lane_steps,
+            n_tokens=int(lengths_t.sum()),
+            width=width,
+            window=window,
+            starts=starts,
+            ends=ends,
+            lane_steps=lane_steps,
             tables={direction: table.to(device) for direction, table in tables.items()},
         )
 
@@ -168,7 +174,9 @@ def _assign_lanes(windows: List[int], n_lanes: int, window: int) -> Tuple[List[i
     return [renumber[lane] for lane in lane_of], start_of, [load * window for load, _ in busiest_first]
 
 
-def _token_tables(lengths: Tensor, lane_of: List[int], start_of: List[int], n_lanes: int, n_steps: int) -> Dict[str, Tensor]:
+def _token_tables(
+    lengths: Tensor, lane_of: List[int], start_of: List[int], n_lanes: int, n_steps: int
+) -> Dict[str, Tensor]:
     """(n_steps, n_lanes) packed token index per direction; N (one past the last token) where a
     lane idles. Backward, each sentence is read from its end."""
     sentence, position, reverse = _token_positions(lengths)
@@ -214,8 +222,9 @@ class StepMatmuls:
 
 
 def lane_multiple(cells: int) -> int:
-    """Lanes per step come in multiples of this, so that each gate's (H, G) slice is whole SIMD
-    loop blocks (32 floats) and no element falls to the scalar tail (see ``elementwise_``)."""
+    """Lanes per step come in multiples of this, so that a step's (lanes, 4H) gates and (lanes, H)
+    cells are whole SIMD loop blocks (32 floats) and no element falls to the scalar tail (see
+    ``elementwise_``)."""
     return 32 // math.gcd(cells, 32)
 
 
@@ -225,58 +234,58 @@ def run_step_loop(
     """Exact, batch-invariant step loop. x (N, I) packed -> (N, P) packed; and with ``start``
     (h (B, P), c (B, H)), the state after each sentence's last token.
 
-    h is kept token-major (lanes, P) for the matmuls, c feature-major (H, lanes) for the
-    elementwise cell update, whose SIMD blocks then never straddle two lanes. The cell update
-    runs on a chunk's working lanes only; the matmuls on those too where any row count gives the
-    same rows, else on the whole chunk (idle rows cost time, not results)."""
+    State is token-major: h (lanes, P), c (lanes, H). The cell update runs on a chunk's working
+    lanes only; the matmuls on those too where any row count gives the same rows, else on the
+    whole chunk (idle rows cost time, not results)."""
     matmuls = StepMatmuls(layer, blocking, x.device)
-    cells, multiple = layer.cells, lane_multiple(layer.cells)
+    multiple = lane_multiple(layer.cells)
     inputs = matmuls.inputs(torch.cat([x, x.new_zeros(1, x.shape[1])]))  # row N feeds idle lanes
     table = plan.tables[direction]
     h = x.new_zeros(plan.n_lanes, layer.projection_dim)
-    c = x.new_zeros(cells, plan.n_lanes)
+    c = x.new_zeros(plan.n_lanes, layer.cells)
     final = (start[0].clone(), start[1].clone()) if start is not None else None
-    gates_buffer, hidden_buffer = x.new_empty(4 * cells * plan.width), x.new_empty(cells * plan.width)
-    hidden_rows = x.new_zeros(plan.width, cells)
     out = x.new_empty(plan.n_tokens + 1, layer.projection_dim)
     for step in range(plan.n_steps):
         for lane, sentence in plan.starts.get(step, ()):
             h[lane] = start[0][sentence] if start is not None else 0
-            c[:, lane] = start[1][sentence] if start is not None else 0
+            c[lane] = start[1][sentence] if start is not None else 0
         for first, count in plan.groups(step, multiple):
             rows = count if matmuls.any_rows else plan.width
             lanes = slice(first, first + count)
             tokens = table[step, lanes]
-            gates = gates_buffer[: 4 * cells * count].view(4 * cells, count)
-            gates.copy_(matmuls.recurrent(h[first : first + rows])[:count].add_(inputs[tokens]).t())
-            hidden = hidden_buffer[: cells * count].view(cells, count)
-            _cell_update(gates, c[:, lanes], hidden, layer.cell_clip)
-            hidden_rows[:count] = hidden.t()
-            h[lanes] = matmuls.project(hidden_rows[:rows])[:count]
+            gates = matmuls.recurrent(h[first : first + rows])[:count].add_(inputs[tokens])
+            hidden = _cell_update(gates, c[lanes], layer.cell_clip)
+            if count < rows:
+                hidden = torch.cat([hidden, hidden.new_zeros(rows - count, hidden.shape[1])])
+            h[lanes] = matmuls.project(hidden)[:count]
             if layer.proj_clip is not None:
                 h[lanes].clamp_(-layer.proj_clip, layer.proj_clip)
             out[tokens] = h[lanes]
         if final is not None:
             for lane, sentence in plan.ends.get(step, ()):
                 final[0][sentence] = h[lane]
-                final[1][sentence] = c[:, lane]
+                final[1][sentence] = c[lane]
     return out[:-1], final
 
 
-def _cell_update(gates: Tensor, c: Tensor, hidden: Tensor, cell_clip: Optional[float]) -> None:
-    """gates (4H, G) in order i, f, g, o -> updates c (H, G) in place, writes hidden (H, G).
-    Only IEEE-exact ops besides the transcendental ones, so every column rounds alike."""
-    cells = c.shape[0]
-    elementwise_(Tensor.sigmoid_, gates[: 2 * cells])
-    elementwise_(Tensor.tanh_, gates[2 * cells : 3 * cells])
-    elementwise_(Tensor.sigmoid_, gates[3 * cells :])
-    c.mul_(gates[cells : 2 * cells])
-    c.add_(gates[:cells] * gates[2 * cells : 3 * cells])
+def _cell_update(gates: Tensor, c: Tensor, cell_clip: Optional[float]) -> Tensor:
+    """gates (G, 4H) in order i, f, g, o, contiguous -> updates c (G, H) in place and returns
+    hidden (G, H).
+
+    One sigmoid runs over all four gates, the cell input's as tanh(x) = 2 sigmoid(2x) - 1: so the
+    transcendental functions only ever see whole contiguous rows, wherever a lane sits, and the
+    rest (x2, -1, products, sums, clipping) are IEEE operations that round alike everywhere."""
+    cells = c.shape[1]
+    cell_input = gates[:, 2 * cells : 3 * cells]
+    cell_input.mul_(2)
+    elementwise_(Tensor.sigmoid_, gates)
+    cell_input.mul_(2).sub_(1)
+    c.mul_(gates[:, cells : 2 * cells])
+    c.add_(gates[:, :cells] * cell_input)
     if cell_clip is not None:
         c.clamp_(-cell_clip, cell_clip)
-    hidden.copy_(c)
-    elementwise_(Tensor.tanh_, hidden)
-    hidden.mul_(gates[3 * cells :])
+    hidden = elementwise_(Tensor.tanh_, c.clone(memory_format=torch.contiguous_format))
+    return hidden.mul_(gates[:, 3 * cells :])
 
 
 def run_fused_blocks(
@@ -302,7 +311,9 @@ def run_fused_blocks(
             if step >= busy:
                 continue
             tokens = table[step : step + window, chunk * width : (chunk + 1) * width].t()  # (G, T_w)
-            y, h[chunk], c[chunk] = torch.lstm(x_ext[tokens], (h[chunk], c[chunk]), weights, True, 1, 0.0, False, False, True)
+            y, h[chunk], c[chunk] = torch.lstm(
+                x_ext[tokens], (h[chunk], c[chunk]), weights, True, 1, 0.0, False, False, True
+            )
             out[tokens] = y
     return out[:-1], None
 

@@ -15,6 +15,7 @@ The ``elmo`` component runs frozen before the task (``frozen_components`` and
   concatenated with a TaskMix and projected to ``width``; the ``embed`` of ``spacy.Tok2Vec.v2``.
 - ``spacy-elmo.ElmoTok2Vec.v1``: also adds ELMo at the task encoder's output: [h_k; ELMo_k].
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -23,14 +24,19 @@ import numpy as np
 from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
-from thinc.types import Floats1d, Floats2d, Floats3d
+from thinc.types import Floats2d, Floats3d
 
 
 @registry.architectures("spacy-elmo.TaskMix.v1")
-def TaskMix(width: int, n_layers: int = 3, dropout: float = 0.5, l2: float = 0.001, layer_norm: bool = False) -> Model[List[Doc], List[Floats2d]]:
+def TaskMix(
+    width: int, n_layers: int = 3, dropout: float = 0.5, l2: float = 0.001, layer_norm: bool = False
+) -> Model[List[Doc], List[Floats2d]]:
     """width: the biLM's output width (2P: 1024 for the original, 256 for small); n_layers: L + 1."""
     if width < 1 or n_layers < 1 or not 0 <= dropout < 1 or l2 < 0:
-        raise ValueError(f"TaskMix needs width, n_layers >= 1, 0 <= dropout < 1 and l2 >= 0; got {width}, {n_layers}, {dropout}, {l2}.")
+        raise ValueError(
+            f"TaskMix needs width, n_layers >= 1, 0 <= dropout < 1 and l2 >= 0; got {width}, {n_layers}, {dropout}, "
+            f"{l2}."
+        )
     return Model(
         "elmo_task_mix",
         _mix_forward,
@@ -103,7 +109,9 @@ def _layers(model: Model, doc: Doc) -> Floats3d:
 
 
 @registry.architectures("spacy-elmo.ElmoEmbed.v1")
-def ElmoEmbed(embed: Model[List[Doc], List[Floats2d]], mix: Model[List[Doc], List[Floats2d]], width: int) -> Model[List[Doc], List[Floats2d]]:
+def ElmoEmbed(
+    embed: Model[List[Doc], List[Floats2d]], mix: Model[List[Doc], List[Floats2d]], width: int
+) -> Model[List[Doc], List[Floats2d]]:
     """[x_k; ELMo_k^task] projected to ``width`` (the encoder's width): ``embed`` is the task's own
     context-independent embedding, ``mix`` a TaskMix."""
     n_inputs = output_width(embed) + mix.get_dim("nO")
@@ -114,7 +122,9 @@ def ElmoEmbed(embed: Model[List[Doc], List[Floats2d]], mix: Model[List[Doc], Lis
 
 
 @registry.architectures("spacy-elmo.ElmoTok2Vec.v1")
-def ElmoTok2Vec(tok2vec: Model[List[Doc], List[Floats2d]], mix: Model[List[Doc], List[Floats2d]]) -> Model[List[Doc], List[Floats2d]]:
+def ElmoTok2Vec(
+    tok2vec: Model[List[Doc], List[Floats2d]], mix: Model[List[Doc], List[Floats2d]]
+) -> Model[List[Doc], List[Floats2d]]:
     """The task encoder's output with ELMo added again, [h_k; ELMo_k^task] (the paper's option of
     using ELMo at the output of the task RNN). Width: tok2vec's + the mix's."""
     model = concatenate(tok2vec, mix)

@@ -4,6 +4,7 @@ The char encoder is batch-invariant, so a cached row is bitwise the row it would
 cache drops everything when the char encoder's parameters change (training steps, a new state
 dict, a move to another device), which it notices from the tensors' version counters.
 """
+
 from __future__ import annotations
 
 import threading
@@ -47,9 +48,7 @@ class TokenCache:
             self._slots.clear()
             self._rows = None
 
-    def lookup(
-        self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]
-    ) -> Tensor:
+    def lookup(self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]) -> Tensor:
         """Representations of ``tokens``: (len(tokens), P). Unknown tokens go through
         ``encode(list_of_strings) -> (n, P)`` once each and are remembered."""
         if self.capacity == 0:

@@ -9,6 +9,7 @@ character survives). Written atomically, read without unpickling anything.
 Original format: ``options.json`` + ``weights.hdf5`` as released with the TensorFlow biLM (needs
 h5py: ``pip install spacy-elmo[h5]``).
 """
+
 from __future__ import annotations
 
 import json
@@ -102,9 +103,13 @@ def read_config(path: Path) -> BiLMConfig:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT:
-            raise WeightsError(f"{path}: not a spacy-elmo biLM config (format={data.get('format')!r}, expected {FORMAT!r}).")
+            raise WeightsError(
+                f"{path}: not a spacy-elmo biLM config (format={data.get('format')!r}, expected {FORMAT!r})."
+            )
         if data.get("version") != FORMAT_VERSION:
-            raise WeightsError(f"{path}: format version {data.get('version')!r} is not supported (expected {FORMAT_VERSION}).")
+            raise WeightsError(
+                f"{path}: format version {data.get('version')!r} is not supported (expected {FORMAT_VERSION})."
+            )
         return BiLMConfig.from_dict(data["config"])
     except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError) as err:
         raise WeightsError(f"{path}: not a valid biLM config JSON ({type(err).__name__}: {err}).") from None
@@ -139,7 +144,9 @@ def _read_safetensors(path: Path, config: BiLMConfig) -> Dict[str, Tensor]:
             metadata = handle.metadata() or {}
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise WeightsError(f"{path}: not a readable safetensors file ({err}). Is it truncated or of another format?") from None
+        raise WeightsError(
+            f"{path}: not a readable safetensors file ({err}). Is it truncated or of another format?"
+        ) from None
     stored = metadata.get("config_json")
     if stored is not None and stored != _config_json(config):
         raise WeightsError(

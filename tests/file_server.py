@@ -1,5 +1,6 @@
 """A small HTTP file server on 127.0.0.1 for the download tests: serves bytes by path, honours
 ``Range``, records every request, and can cut a response short to simulate a dropped connection."""
+
 from __future__ import annotations
 
 import threading

@@ -1,5 +1,6 @@
 """A deliberately plain NumPy biLM: one sentence at a time, every token over the full 50
 characters, the LSTM one step at a time in float64. An independent check on the fast paths."""
+
 import numpy as np
 
 from spacy_elmo.chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
@@ -56,7 +57,10 @@ class ReferenceBiLM:
         ids = encode_tokens([BOS_TOKEN, *tokens, EOS_TOKEN])
         x = np.array([self.token_representation(row) for row in ids])
         zeros = (np.zeros(config.projection_dim), np.zeros(config.lstm_dim))
-        state = state or {key: zeros for key in [(d, k) for d in ("forward_layers", "backward_layers") for k in range(config.n_layers)]}
+        state = state or {
+            key: zeros
+            for key in [(d, k) for d in ("forward_layers", "backward_layers") for k in range(config.n_layers)]
+        }
         new_state, layers = {}, [np.concatenate([x, x], axis=1)]
         per_direction = {}
         for direction, flip in (("forward_layers", False), ("backward_layers", True)):
@@ -71,5 +75,7 @@ class ReferenceBiLM:
                 inputs = out
             per_direction[direction] = outs
         for k in range(config.n_layers):
-            layers.append(np.concatenate([per_direction["forward_layers"][k], per_direction["backward_layers"][k]], axis=1))
+            layers.append(
+                np.concatenate([per_direction["forward_layers"][k], per_direction["backward_layers"][k]], axis=1)
+            )
         return np.stack(layers)[:, 1:-1], new_state

@@ -3,9 +3,9 @@ import random
 import numpy as np
 import pytest
 import torch
-
 from conftest import random_bilm
 from reference_bilm import ReferenceBiLM
+
 from spacy_elmo import embed_sentences
 from spacy_elmo.batch_invariant import Blocking
 from spacy_elmo.chars import encode_sentences
@@ -113,7 +113,10 @@ def test_forward_rejects_gaps():
 def corpus_like_sentences(count, seed):
     rng = random.Random(seed)
     words = "the of and a to in is was he for it with as his on be at by i this had not are but from".split()
-    return [[rng.choice(words) + rng.choice(["", "s", "ed", "ing", "'s"]) for _ in range(rng.randint(0, 45))] for _ in range(count)]
+    return [
+        [rng.choice(words) + rng.choice(["", "s", "ed", "ing", "'s"]) for _ in range(rng.randint(0, 45))]
+        for _ in range(count)
+    ]
 
 
 @pytest.fixture(params=["onednn", "fixed-shapes"])
@@ -159,7 +162,7 @@ def test_other_blockings_agree_to_rounding(seeded):
     bilm = random_bilm(cell_clip=3.0)
     sentences = corpus_like_sentences(40, seed=5)
     baseline = embed_sentences(bilm, sentences)
-    bilm.blocking = Blocking(step_columns=32, gemm_rows=128, token_block=32)
+    bilm.blocking = Blocking(step_columns=16, step_lanes=8, gemm_rows=128, token_block=32)
     changed = embed_sentences(bilm, sentences, max_batch_tokens=200)
     bilm.blocking = None
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed))
@@ -202,7 +205,12 @@ def test_fused_path_is_nn_lstm_with_projection(seeded):
     layer = bilm.forward_layers[0]
     lstm = torch.nn.LSTM(16, layer.cells, proj_size=16, batch_first=True)
     with torch.no_grad():
-        for ours, theirs in [("weight_ih", "weight_ih_l0"), ("weight_hh", "weight_hh_l0"), ("bias", "bias_ih_l0"), ("weight_hr", "weight_hr_l0")]:
+        for ours, theirs in [
+            ("weight_ih", "weight_ih_l0"),
+            ("weight_hh", "weight_hh_l0"),
+            ("bias", "bias_ih_l0"),
+            ("weight_hr", "weight_hr_l0"),
+        ]:
             getattr(lstm, theirs).copy_(getattr(layer, ours))
         lstm.bias_hh_l0.zero_()
         tokens = torch.randn(7, 16)

@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from spacy_elmo.chars import (
-    BEGIN_OF_WORD, CHAR_PAD, END_OF_WORD, MAX_WORD_LENGTH, encode_sentences, encode_tokens,
+    BEGIN_OF_WORD,
+    CHAR_PAD,
+    END_OF_WORD,
+    MAX_WORD_LENGTH,
+    encode_sentences,
+    encode_tokens,
 )
 
 

@@ -5,9 +5,9 @@ import sys
 import numpy as np
 import pytest
 import spacy
+from conftest import make_nlp
 from spacy.tokens import Doc, DocBin
 
-from conftest import make_nlp
 from spacy_elmo import embed_sentences, install_vector_hooks, load_bilm, save_bilm
 
 TEXT = "The bank raised its rates. We sat on the bank of the river and watched the boats."
@@ -182,7 +182,15 @@ def test_docs_keep_their_layers_through_serialization(nlp):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", "\n\n", "word \n\n  word", "x" * 300, "😀👍🏽 🇩🇪 family: 👨‍👩‍👧‍👦", "Mixed Ελληνικά русский 中文 العربية עברית हिन्दी"],
+    [
+        "",
+        "   ",
+        "\n\n",
+        "word \n\n  word",
+        "x" * 300,
+        "😀👍🏽 🇩🇪 family: 👨‍👩‍👧‍👦",
+        "Mixed Ελληνικά русский 中文 العربية עברית हिन्दी",
+    ],
     ids=["empty", "spaces", "newlines", "inner-whitespace", "300-chars", "emoji", "scripts"],
 )
 def test_awkward_texts(nlp, text):
@@ -202,7 +210,9 @@ def test_long_doc_without_boundaries(tiny_weights):
     doc = nlp(" ".join(["word", "other", "thing", "."] * 12500))
     assert len(doc) == 50000
     assert doc._.elmo_data.shape == (3, 50000, 32) and np.isfinite(doc._.elmo_data).all()
-    assert np.array_equal(doc._.elmo_data[:, 256:512], doc._.elmo_data[:, 512:768]), "identical windows, identical vectors"
+    assert np.array_equal(doc._.elmo_data[:, 256:512], doc._.elmo_data[:, 512:768]), (
+        "identical windows, identical vectors"
+    )
 
 
 def test_uninitialized_component_says_what_to_do():
@@ -230,7 +240,7 @@ def test_docs_without_the_component():
 
     register_extensions()
     with pytest.raises(ValueError, match="This Doc has no ELMo layers"):
-        spacy.blank("en")("plain")[0]._.elmo
+        _ = spacy.blank("en")("plain")[0]._.elmo
 
 
 def test_update_does_nothing_and_says_so(nlp):

@@ -76,7 +76,10 @@ def test_options_that_are_not_elmo(tmp_path):
         ({"n_characters": 300}, "do not fit char_vocabulary='utf8-bytes'"),
         ({"word_dim": 8}, "word_vocab_size=0 and word_dim=8: both must be 0"),
         ({"word_vocab_size": 8}, "word_vocab_size=8 and word_dim=0"),
-        ({"char_vocabulary": "table", "max_characters_per_token": 2, "filters": ((1, 4),)}, "max_characters_per_token must be >= 3"),
+        (
+            {"char_vocabulary": "table", "max_characters_per_token": 2, "filters": ((1, 4),)},
+            "max_characters_per_token must be >= 3",
+        ),
     ],
 )
 def test_invalid_vocabulary_combinations(changes, fragment):
@@ -87,7 +90,9 @@ def test_invalid_vocabulary_combinations(changes, fragment):
 def test_vocabulary_fields_only_in_dicts_when_used():
     plain = BiLMConfig.preset("tiny")
     assert not {"char_vocabulary", "word_vocab_size", "word_dim"} & set(plain.to_dict())
-    table = plain.replace(char_vocabulary="table", n_characters=40, max_characters_per_token=12, word_vocab_size=9, word_dim=4)
+    table = plain.replace(
+        char_vocabulary="table", n_characters=40, max_characters_per_token=12, word_vocab_size=9, word_dim=4
+    )
     assert table.needs_vocabulary and not plain.needs_vocabulary
     assert BiLMConfig.from_dict(table.to_dict()) == table and table.to_dict()["word_dim"] == 4
 
@@ -96,13 +101,22 @@ def test_elmoformanylangs_network():
     from spacy_elmo.config import config_from_efml
     from spacy_elmo.efml import PUBLISHED_NETWORKS
 
-    config = config_from_efml(PUBLISHED_NETWORKS["cnn_50_100_512_4096_sample.json"], n_characters=101, word_vocab_size=70)
+    config = config_from_efml(
+        PUBLISHED_NETWORKS["cnn_50_100_512_4096_sample.json"], n_characters=101, word_vocab_size=70
+    )
     assert (config.projection_dim, config.lstm_dim, config.n_layers, config.n_highway) == (512, 4096, 2, 2)
     assert (config.cell_clip, config.proj_clip, config.residual, config.char_embedding_dim) == (3.0, 3.0, True, 50)
-    assert (config.char_vocabulary, config.n_characters, config.word_vocab_size, config.word_dim) == ("table", 101, 70, 100)
+    assert (config.char_vocabulary, config.n_characters, config.word_vocab_size, config.word_dim) == (
+        "table",
+        101,
+        70,
+        100,
+    )
     assert config.n_filters == 2048 and config.max_characters_per_token == 50
     unclipped = {**PUBLISHED_NETWORKS["cnn_50_100_512_4096_sample.json"]}
     unclipped["encoder"] = {**unclipped["encoder"], "cell_clip": 0, "proj_clip": None}
     assert not config_from_efml(unclipped, n_characters=101, word_vocab_size=70).is_clipped
-    with pytest.raises(ConfigError, match="is not an ELMoForManyLangs network config: missing or invalid entry 'encoder'"):
+    with pytest.raises(
+        ConfigError, match="is not an ELMoForManyLangs network config: missing or invalid entry 'encoder'"
+    ):
         config_from_efml({}, n_characters=10)

@@ -1,4 +1,5 @@
 """Published models by name: download (from a server on 127.0.0.1), cache, resume, checks, convert."""
+
 import hashlib
 import io
 import socket
@@ -6,9 +7,9 @@ import zipfile
 
 import numpy as np
 import pytest
+from file_server import FileServer
 from typer.testing import CliRunner
 
-from file_server import FileServer
 from spacy_elmo import embed_sentences, load_bilm, save_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.download import DownloadError, RemoteFile, cached_path, fetch
@@ -41,20 +42,29 @@ def cache(tmp_path, monkeypatch):
 
 def catalogue_entry(server, name="fixture-elmo", size=None, sha256=None, weights_path="/elmo/weights.hdf5"):
     return PublishedModel(
-        name=name, language="en", format=BILM_TF,
-        files=(RemoteFile(server.url("/elmo/options.json"), "options.json"),
-               RemoteFile(server.url(weights_path), "weights.hdf5", size=size, sha256=sha256)),
-        trained_on="the AllenNLP test fixture", licence="Apache-2.0", citation="test", source="http://127.0.0.1/",
+        name=name,
+        language="en",
+        format=BILM_TF,
+        files=(
+            RemoteFile(server.url("/elmo/options.json"), "options.json"),
+            RemoteFile(server.url(weights_path), "weights.hdf5", size=size, sha256=sha256),
+        ),
+        trained_on="the AllenNLP test fixture",
+        licence="Apache-2.0",
+        citation="test",
+        source="http://127.0.0.1/",
     )
 
 
 @pytest.fixture
 def registered(server, monkeypatch):
     """A catalogue entry served by the local server, known by name for the duration of a test."""
+
     def register(**kwargs):
         entry = catalogue_entry(server, **kwargs)
         monkeypatch.setitem(CATALOGUE, entry.name, entry)
         return entry
+
     return register
 
 
@@ -63,7 +73,9 @@ def assert_same_layers(a, b):
         np.testing.assert_array_equal(x, y)
 
 
-def test_download_converts_a_catalogue_model_with_its_provenance(server, cache, registered, tmp_path, fixture_bilm, original_files):
+def test_download_converts_a_catalogue_model_with_its_provenance(
+    server, cache, registered, tmp_path, fixture_bilm, original_files
+):
     registered()
     out = download_model("fixture-elmo", tmp_path / "bilm", progress=False)
     assert_same_layers(load_bilm(out), fixture_bilm)
@@ -108,7 +120,9 @@ def test_truncated_file_is_refused_and_nothing_is_kept(server, cache, registered
     body = original_files["/elmo/weights.hdf5"]
     server.files["/elmo/short.hdf5"] = body[: len(body) // 2]
     registered(name="short", size=len(body), weights_path="/elmo/short.hdf5")
-    with pytest.raises(DownloadError, match=rf"weights\.hdf5 from .*short\.hdf5 is {len(body) // 2:,} bytes, expected {len(body):,}"):
+    with pytest.raises(
+        DownloadError, match=rf"weights\.hdf5 from .*short\.hdf5 is {len(body) // 2:,} bytes, expected {len(body):,}"
+    ):
         download_model("short", tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
     assert not list((cache / "downloads").rglob("weights.hdf5*"))
@@ -155,10 +169,18 @@ def test_a_file_placed_by_hand_is_used_without_a_request(server, cache, original
 
 
 def test_cli_download_with_file_urls_for_a_model_not_in_the_catalogue(cache, fixture_dir, fixture_bilm, tmp_path):
-    result = CliRunner().invoke(app, [
-        "download", "my-model", str(tmp_path / "bilm"),
-        "--options", (fixture_dir / "options.json").as_uri(), "--weights", (fixture_dir / "lm_weights.hdf5").as_uri(),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "download",
+            "my-model",
+            str(tmp_path / "bilm"),
+            "--options",
+            (fixture_dir / "options.json").as_uri(),
+            "--weights",
+            (fixture_dir / "lm_weights.hdf5").as_uri(),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert_same_layers(load_bilm(tmp_path / "bilm"), fixture_bilm)
 

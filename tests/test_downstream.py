@@ -1,4 +1,5 @@
 """Downstream data: EWT and WNUT readers, nested training subsets, the tasks' unlabeled text."""
+
 import json
 
 import spacy
@@ -54,7 +55,9 @@ def test_training_subsets_are_nested_and_seeded():
 def test_task_text_is_a_corpus_of_the_gold_tokens(tmp_path):
     nlp = spacy.blank("en")
     train = [nlp.make_doc("Hello  world !"), nlp.make_doc(" ".join(["w"] * 600))]
-    manifest = save_task_text({"train": train, "dev": [nlp.make_doc("A b")], "test": [nlp.make_doc("C")]}, tmp_path / "text")
+    manifest = save_task_text(
+        {"train": train, "dev": [nlp.make_doc("A b")], "test": [nlp.make_doc("C")]}, tmp_path / "text"
+    )
     sentences = list(read_sentences(tmp_path / "text" / "train"))
     assert sentences[0] == ["Hello", "world", "!"], "whitespace tokens are dropped"
     assert [len(s) for s in sentences[1:]] == [256, 256, 88], "long sentences are cut as in the component"
@@ -77,7 +80,16 @@ def test_data_files_and_language_are_settings(tmp_path):
         (tmp_path / "ents" / f"ner.{split}").write_text(WNUT, encoding="utf-8")
     app = typer.Typer()
     app.command()(main)
-    arguments = [str(tmp_path), str(tmp_path / "out"), "--lang", "de", "--upos", "tags/{split}.conllu", "--ner", "ents/ner.{split}"]
+    arguments = [
+        str(tmp_path),
+        str(tmp_path / "out"),
+        "--lang",
+        "de",
+        "--upos",
+        "tags/{split}.conllu",
+        "--ner",
+        "ents/ner.{split}",
+    ]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
     nlp = spacy.blank("de")
@@ -92,10 +104,12 @@ def test_data_files_and_language_are_settings(tmp_path):
 def test_typed_mix_settings_give_the_dict_that_the_extensions_read():
     import pytest
 
-    from spacy_elmo.attributes import mix_spec
     from spacy_elmo.mix_settings import MixSettings
 
-    assert MixSettings.average(3).as_dict() == mix_spec(3, None, 1.0, "mean", layer_norm=True)
+    assert MixSettings.average(3) == MixSettings.for_layers(3)
+    assert MixSettings.from_dict(MixSettings.average(3).as_dict()) == MixSettings.average(3)
+    with pytest.raises(ValueError, match="layer_weights has 2 values but the biLM has 3 layers"):
+        MixSettings.for_layers(3, [0.5, 0.5])
     assert MixSettings([0.2, 0.5, 0.3]).layer_weights == (0.2, 0.5, 0.3)
     with pytest.raises(ValueError, match="must be finite"):
         MixSettings((0.5, float("nan")))
@@ -116,7 +130,14 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
 
     def run(task, size, variant, seed_scores, **extra):
         std = float(np.std(seed_scores, ddof=1)) if len(seed_scores) > 1 else 0.0
-        record = {"task": task, "size": size, "variant": variant, "score": float(np.mean(seed_scores)), "score_std": std, "seed_scores": seed_scores}
+        record = {
+            "task": task,
+            "size": size,
+            "variant": variant,
+            "score": float(np.mean(seed_scores)),
+            "score_std": std,
+            "seed_scores": seed_scores,
+        }
         (metrics / f"{task}-{size}-{variant}.json").write_text(json.dumps({**record, **extra}))
 
     run("upos", 1, "baseline", [0.70, 0.72, 0.74])
@@ -133,4 +154,8 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
     assert "UPOS 1%: softmax(s) = [0.200, 0.500, 0.300], gamma = 0.900" in text
     assert "![layer weights](out/downstream-layer-weights.png)" in text
     assert (tmp_path / "out" / "downstream-layer-weights.png").stat().st_size > 10000
-    assert json.loads((tmp_path / "out" / "downstream.json").read_text())["runs"]["upos-1-elmo"]["seed_scores"] == [0.80, 0.81, 0.82]
+    assert json.loads((tmp_path / "out" / "downstream.json").read_text())["runs"]["upos-1-elmo"]["seed_scores"] == [
+        0.80,
+        0.81,
+        0.82,
+    ]

@@ -3,6 +3,7 @@
 The parity tests build tiny random models with *their* classes, save them in their layout, and
 compare every layer of our import with their ``Embedder.sents2elmo``.
 """
+
 import json
 import os
 import pickle
@@ -18,10 +19,22 @@ from spacy_elmo.weights import VOCABULARY_FILE
 MAX_CHARS = 10
 CELL_CLIP, PROJ_CLIP = 1.0, 0.4
 NETWORK = {
-    "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": CELL_CLIP, "proj_clip": PROJ_CLIP, "dim": 24, "n_layers": 2},
+    "encoder": {
+        "name": "elmo",
+        "projection_dim": 8,
+        "cell_clip": CELL_CLIP,
+        "proj_clip": PROJ_CLIP,
+        "dim": 24,
+        "n_layers": 2,
+    },
     "token_embedder": {
-        "name": "cnn", "activation": "relu", "filters": [[1, 4], [2, 4], [3, 8]], "n_highway": 2,
-        "word_dim": 0, "char_dim": 6, "max_characters_per_token": MAX_CHARS,
+        "name": "cnn",
+        "activation": "relu",
+        "filters": [[1, 4], [2, 4], [3, 8]],
+        "n_highway": 2,
+        "word_dim": 0,
+        "char_dim": 6,
+        "max_characters_per_token": MAX_CHARS,
     },
     "classifier": {"name": "sampled_softmax", "n_samples": 10},
     "dropout": 0.1,
@@ -70,7 +83,9 @@ def write_efml_model(directory, word_dim, seed, legacy_format=False):
     torch.save(model.encoder.state_dict(), directory / "encoder.pkl", **save)
     write_dic(directory / "char.dic", chars)
     (directory / "tiny_network.json").write_text(json.dumps(network))
-    (directory / "config.json").write_text(json.dumps({"seed": seed, "config_path": "/elsewhere/configs/tiny_network.json"}))
+    (directory / "config.json").write_text(
+        json.dumps({"seed": seed, "config_path": "/elsewhere/configs/tiny_network.json"})
+    )
     return directory
 
 
@@ -174,8 +189,14 @@ def test_characters_are_the_models_own():
     chars = lexicon([*"abcé東", "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"])
     shifted = {c: i + 1 for c, i in chars.items()}
     table = CharTable(
-        shifted, begin_of_word=shifted["<eow>"], end_of_word=shifted["<bow>"], pad=shifted["<pad>"],
-        unknown=shifted["<oov>"], bos=shifted["<bos>"], eos=shifted["<eos>"], max_length=8,
+        shifted,
+        begin_of_word=shifted["<eow>"],
+        end_of_word=shifted["<bow>"],
+        pad=shifted["<pad>"],
+        unknown=shifted["<oov>"],
+        bos=shifted["<bos>"],
+        eos=shifted["<eos>"],
+        max_length=8,
     )
     sentence, _ = read_list([["abé", "東ж", "", "abcabcabc", "<eos>"]], max_chars=8)
     config = {"token_embedder": {"name": "cnn", "max_characters_per_token": 8}}
@@ -254,11 +275,18 @@ def test_handmade_model_imports(plain_model):
     assert embed_sentences(bilm, [["cat", "dog"]])[0].shape == (3, 2, 16)
 
 
-@pytest.mark.parametrize("missing,message", [
-    ("char.dic", r"char.dic: file not found"),
-    ("word.dic", r"word.dic: file not found"),
-    ("tiny_network.json", r"names the network config '/elsewhere/configs/tiny_network.json', found in none of .* Copy that JSON file into"),
-])
+@pytest.mark.parametrize(
+    "missing,message",
+    [
+        ("char.dic", r"char.dic: file not found"),
+        ("word.dic", r"word.dic: file not found"),
+        (
+            "tiny_network.json",
+            r"names the network config '/elsewhere/configs/tiny_network.json', found in none of .* Copy that JSON "
+            r"file into",
+        ),
+    ],
+)
 def test_a_missing_file_is_named(plain_model, missing, message):
     (plain_model / missing).unlink()
     with pytest.raises(WeightsError, match=message):
@@ -269,7 +297,11 @@ def test_tensor_of_the_wrong_shape(plain_model):
     state = torch.load(plain_model / "encoder.pkl", weights_only=True)
     state["backward_layer_1.state_projection.weight"] = torch.zeros(8, 20)
     torch.save(state, plain_model / "encoder.pkl")
-    with pytest.raises(WeightsError, match=r"encoder.pkl: tensor 'backward_layer_1.state_projection.weight' has shape \(8, 20\), the network config implies \(8, 24\)"):
+    with pytest.raises(
+        WeightsError,
+        match=r"encoder.pkl: tensor 'backward_layer_1.state_projection.weight' has shape \(8, 20\), "
+        r"the network config implies \(8, 24\)",
+    ):
         import_efml(plain_model)
 
 
@@ -351,7 +383,9 @@ def test_convert_efml_command(plain_model, tmp_path):
     result = CliRunner().invoke(app, ["convert-efml", str(plain_model), str(tmp_path / "bilm")])
     assert result.exit_code == 0, result.output
     ours, direct = load_bilm(tmp_path / "bilm"), import_efml(plain_model)
-    np.testing.assert_array_equal(embed_sentences(ours, [["cat", "abc"]])[0], embed_sentences(direct, [["cat", "abc"]])[0])
+    np.testing.assert_array_equal(
+        embed_sentences(ours, [["cat", "abc"]])[0], embed_sentences(direct, [["cat", "abc"]])[0]
+    )
     failed = CliRunner().invoke(app, ["convert-efml", str(tmp_path / "nowhere"), str(tmp_path / "out")])
     assert failed.exit_code == 1 and not (tmp_path / "out").exists()
 
@@ -362,6 +396,7 @@ def test_a_zipped_efml_model_downloads_by_catalogue_name(plain_model, tmp_path, 
     import zipfile
 
     from file_server import FileServer
+
     from spacy_elmo.download import RemoteFile
     from spacy_elmo.model_cache import download_model
     from spacy_elmo.models import CATALOGUE, EFML, PublishedModel
@@ -373,12 +408,19 @@ def test_a_zipped_efml_model_downloads_by_catalogue_name(plain_model, tmp_path, 
             archive.write(item, f"xx.model/{item.name}")
     with FileServer({"/repository/11/999.zip": buffer.getvalue()}) as server:
         entry = PublishedModel(
-            name="efml-test", language="xx", format=EFML, files=(RemoteFile(server.url("/repository/11/999.zip"), "999.zip"),),
-            trained_on="test", licence="test", citation="test", source="https://example.org/",
+            name="efml-test",
+            language="xx",
+            format=EFML,
+            files=(RemoteFile(server.url("/repository/11/999.zip"), "999.zip"),),
+            trained_on="test",
+            licence="test",
+            citation="test",
+            source="https://example.org/",
         )
         monkeypatch.setitem(CATALOGUE, entry.name, entry)
         out = download_model("efml-test", tmp_path / "bilm", progress=False)
     assert (out / VOCABULARY_FILE).is_file()
     np.testing.assert_array_equal(
-        embed_sentences(load_bilm(out), [["cat", "abc"]])[0], embed_sentences(import_efml(plain_model), [["cat", "abc"]])[0]
+        embed_sentences(load_bilm(out), [["cat", "abc"]])[0],
+        embed_sentences(import_efml(plain_model), [["cat", "abc"]])[0],
     )

@@ -6,9 +6,8 @@ import h5py
 import numpy as np
 import pytest
 import spacy
-from spacy.tokens import Doc
-
 from conftest import make_nlp
+from spacy.tokens import Doc
 
 LINES = ["The first line .", "", "A second line, with more tokens in it.", "The first line ."]
 
@@ -21,7 +20,9 @@ def pipeline(tiny_weights, tmp_path_factory):
 
 
 def run_embed(*args):
-    result = subprocess.run([sys.executable, "-m", "spacy_elmo", "embed", *map(str, args)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy_elmo", "embed", *map(str, args)], capture_output=True, text=True
+    )
     result.stdout = " ".join(result.stdout.split())  # messages wrap at the terminal width
     return result
 
@@ -79,14 +80,19 @@ def assert_same_file(a, b):
         np.testing.assert_array_equal(left[name], right[name])
 
 
-CORPUS = [f"Line {i} of the corpus , with {'many ' * (i % 7)}words ." for i in range(23)] + ["", "Line 3 of the corpus , with words ."]
+CORPUS = [f"Line {i} of the corpus , with {'many ' * (i % 7)}words ." for i in range(23)] + [
+    "",
+    "Line 3 of the corpus , with words .",
+]
 
 
 @pytest.mark.slow
 def test_two_processes_in_shards_equal_one_process(tmp_path, pipeline):
     (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
     single = run_embed(tmp_path / "corpus.txt", tmp_path / "single.hdf5", "-p", pipeline)
-    sharded = run_embed(tmp_path / "corpus.txt", tmp_path / "sharded.hdf5", "-p", pipeline, "--processes", 2, "--shard-lines", 4)
+    sharded = run_embed(
+        tmp_path / "corpus.txt", tmp_path / "sharded.hdf5", "-p", pipeline, "--processes", 2, "--shard-lines", 4
+    )
     assert single.returncode == 0 and sharded.returncode == 0, sharded.stdout
     assert_same_file(tmp_path / "single.hdf5", tmp_path / "sharded.hdf5")
     assert len(read_all(tmp_path / "sharded.hdf5")) == len(CORPUS) + 1

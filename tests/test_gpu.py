@@ -1,9 +1,10 @@
 """The GPU code path: runs where CUDA is available, skipped elsewhere."""
+
 import numpy as np
 import pytest
 import torch
-
 from conftest import make_nlp, random_bilm
+
 from spacy_elmo import embed_sentences
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -1,20 +1,18 @@
 """Bad input, broken files, interruptions and concurrency."""
-import errno
+
 import os
 import pickle
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import spacy
+from conftest import make_nlp, random_bilm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from spacy.tokens import Doc
 
-from conftest import make_nlp, random_bilm
 from spacy_elmo import embed_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +74,9 @@ def test_hand_set_sentence_boundaries(tiny_weights):
     assert np.array_equal(doc._.elmo_data[:, :1], alone._.elmo_data), "a one-token sentence is read alone"
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300))
 def test_fuzz_any_unicode_text(nlp, text):
     check(nlp(text))
@@ -112,10 +112,10 @@ def test_memory_stays_bounded_over_10000_docs(nlp):
         for _ in range(count):
             yield " ".join(rng.choice(words, size=int(rng.integers(1, 30)))) + " " + str(rng.integers(10**9))
 
-    for doc in nlp.pipe(texts(1000), batch_size=64):
+    for _ in nlp.pipe(texts(1000), batch_size=64):
         pass
     after_warmup = _rss_mb()
-    for doc in nlp.pipe(texts(9000), batch_size=64):
+    for _ in nlp.pipe(texts(9000), batch_size=64):
         pass
     growth = _rss_mb() - after_warmup
     assert growth < 60, f"RSS grew by {growth:.0f} MB over 9,000 more docs"

@@ -1,5 +1,6 @@
 """ELMo beyond English: the component in a Bulgarian pipeline, the built-in Bulgarian text, and the
 demo's table of words per language (with its fallback for a language that has none)."""
+
 import json
 import re
 
@@ -93,11 +94,15 @@ def write_shard(directory, sentences):
 def test_a_small_held_out_reference_is_topped_up_with_training_sentences(tmp_path):
     write_shard(tmp_path / "test", [["Една", "кратка", "фраза", "."]])
     write_shard(tmp_path / "train", [["Две", "думи", "тук", "."], ["а"], ["Три", "думи", "и", "още", "."]] * 3)
-    sentences, held_out = demo.reference_sentences(tmp_path / "test", tmp_path / "train", max_sentences=100, min_tokens=12)
+    sentences, held_out = demo.reference_sentences(
+        tmp_path / "test", tmp_path / "train", max_sentences=100, min_tokens=12
+    )
     assert held_out == 1 and [len(s) for s in sentences] == [4, 4, 5]
     assert "13 tokens: 4 of held-out sentences (fewer than 12)" in demo.reference_summary(sentences, held_out, 12)
     enough, _ = demo.reference_sentences(tmp_path / "test", tmp_path / "train", max_sentences=100, min_tokens=4)
-    assert enough == sentences[:1] and demo.reference_summary(enough, 1, 4) == "Reference: 4 tokens of held-out sentences."
+    assert (
+        enough == sentences[:1] and demo.reference_summary(enough, 1, 4) == "Reference: 4 tokens of held-out sentences."
+    )
 
 
 def test_the_demo_falls_back_to_frequent_content_words_without_a_table(tiny_weights):
@@ -105,6 +110,8 @@ def test_the_demo_falls_back_to_frequent_content_words_without_a_table(tiny_weig
     sentences = [["Der", "Kalender", "hat", "zwölf", "Monate", "."], ["Jeder", "Kalender", "zählt", "die", "Tage", "."]]
     mixed, static, labels = demo.reference_tokens(nlp, sentences)
     assert demo.frequent_content_words(labels, nlp.Defaults.stop_words, 2)[0] == "kalender"
-    report = "\n".join(demo.word_and_sentence_report(nlp, mixed, static, labels, k=2, n_words=1, reference="held-out text"))
+    report = "\n".join(
+        demo.word_and_sentence_report(nlp, mixed, static, labels, k=2, n_words=1, reference="held-out text")
+    )
     assert "no word list for language 'de'" in report and "no sentence pairs for language 'de'" in report
     assert "== 'kalender': nearest tokens of held-out text, by vector ==" in report

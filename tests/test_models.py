@@ -1,4 +1,5 @@
 """The catalogue of published models."""
+
 from urllib.parse import urlparse
 
 import pytest

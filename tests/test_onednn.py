@@ -1,4 +1,5 @@
 """oneDNN matmuls whose rows do not depend on the row count, and the lane plan that uses them."""
+
 import pytest
 import torch
 

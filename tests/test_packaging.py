@@ -1,11 +1,11 @@
 """`spacy package` builds a wheel that installs into a fresh virtual environment and loads."""
+
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
-
 from conftest import make_nlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,17 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_pyth
     nlp.meta["version"] = "0.0.1"
     nlp.to_disk(tmp_path / "pipeline")
     (tmp_path / "packages").mkdir()
-    run(sys.executable, "-m", "spacy", "package", tmp_path / "pipeline", tmp_path / "packages", "--build", "wheel", "--force")
+    run(
+        sys.executable,
+        "-m",
+        "spacy",
+        "package",
+        tmp_path / "pipeline",
+        tmp_path / "packages",
+        "--build",
+        "wheel",
+        "--force",
+    )
     (wheel,) = (tmp_path / "packages").glob("*/dist/*.whl")
     python = fresh_python
     run(python, "-m", "pip", "install", "-q", wheel)
@@ -49,23 +59,36 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_pyth
 
 
 @pytest.mark.slow
-def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_python):
+def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
+    fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_python
+):
     """`python -m spacy_elmo package NAME OUT`, with NAME served by a local server."""
+    from file_server import FileServer
     from typer.testing import CliRunner
 
-    from file_server import FileServer
     from spacy_elmo import embed_sentences
     from spacy_elmo.cli import app
     from spacy_elmo.download import RemoteFile
     from spacy_elmo.models import BILM_TF, CATALOGUE, PublishedModel
 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
-    files = {"/options.json": (fixture_dir / "options.json").read_bytes(), "/weights.hdf5": (fixture_dir / "lm_weights.hdf5").read_bytes()}
+    files = {
+        "/options.json": (fixture_dir / "options.json").read_bytes(),
+        "/weights.hdf5": (fixture_dir / "lm_weights.hdf5").read_bytes(),
+    }
     with FileServer(files) as server:
         entry = PublishedModel(
-            name="fixture-elmo", language="en", format=BILM_TF,
-            files=(RemoteFile(server.url("/options.json"), "options.json"), RemoteFile(server.url("/weights.hdf5"), "weights.hdf5")),
-            trained_on="test data", licence="Apache-2.0", citation="Peters et al. (2018)", source="https://allennlp.org/elmo",
+            name="fixture-elmo",
+            language="en",
+            format=BILM_TF,
+            files=(
+                RemoteFile(server.url("/options.json"), "options.json"),
+                RemoteFile(server.url("/weights.hdf5"), "weights.hdf5"),
+            ),
+            trained_on="test data",
+            licence="Apache-2.0",
+            citation="Peters et al. (2018)",
+            source="https://allennlp.org/elmo",
         )
         monkeypatch.setitem(CATALOGUE, entry.name, entry)
         result = CliRunner().invoke(app, ["package", "fixture-elmo", str(tmp_path / "packages")])
@@ -76,7 +99,8 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(fixture_d
         "import json, spacy\n"
         "nlp = spacy.load('en_elmo_fixture_elmo')\n"
         "doc = nlp('The bank raised rates . We sat by the river .')\n"
-        "print(json.dumps([nlp.pipe_names, nlp.meta['license'], len(list(doc.sents)), doc._.elmo_data[:, :5].tolist()]))\n"
+        "print(json.dumps([nlp.pipe_names, nlp.meta['license'], len(list(doc.sents)), doc._.elmo_data[:, "
+        ":5].tolist()]))\n"
     )
     import json
 

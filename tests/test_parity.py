@@ -1,4 +1,5 @@
 """Conformance with the original TensorFlow biLM (shared/fixtures/elmo-allennlp)."""
+
 import h5py
 import numpy as np
 import pytest
@@ -58,7 +59,9 @@ def test_later_sentences_need_the_carried_state(fixture_dir, fixture_bilm, fixtu
     """Negative control: without the carried state sentences 1..9 are far off, so the stateful
     test above really exercises the state."""
     errors = [
-        np.abs(as_directions(embed_sentences(fixture_bilm, [stream[i]])[0]) - reference_top_layer(fixture_dir, k, i)).max()
+        np.abs(
+            as_directions(embed_sentences(fixture_bilm, [stream[i]])[0]) - reference_top_layer(fixture_dir, k, i)
+        ).max()
         for k, stream in enumerate(fixture_sentences)
         for i in range(1, 10)
     ]
@@ -68,7 +71,9 @@ def test_later_sentences_need_the_carried_state(fixture_dir, fixture_bilm, fixtu
 @pytest.mark.parametrize("change", [{"residual": False}, {"cell_clip": None, "proj_clip": None}])
 def test_architecture_details_matter(fixture_dir, fixture_bilm, fixture_sentences, change):
     """Negative control: dropping the residual connection or the clipping breaks parity."""
-    altered = import_original(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", fixture_bilm.config.replace(**change))
+    altered = import_original(
+        fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", fixture_bilm.config.replace(**change)
+    )
     layers = embed_sentences(altered, [fixture_sentences[0][0]])[0]
     assert np.abs(as_directions(layers) - reference_top_layer(fixture_dir, 0, 0)).max() > 1e-2
 

@@ -1,9 +1,10 @@
 """Opt-in bf16 inference: close to fp32, still independent of batch companions, weights tracked."""
+
 import numpy as np
 import pytest
 import torch
-
 from conftest import make_nlp, random_bilm
+
 from spacy_elmo import embed_sentences
 
 SENTENCES = [

@@ -1,6 +1,7 @@
 """The spaCy project workflow, end to end on a tiny configuration (a slice of the built-in text,
 the tiny preset, a few steps), in English and in Bulgarian, in a copy of the project so the
 checkout stays clean."""
+
 import json
 import shutil
 import subprocess
@@ -16,7 +17,13 @@ from training.vocab import Vocabulary
 ROOT = Path(__file__).resolve().parents[1]
 
 
-TINY = ["--vars.text_docs=12", "--vars.preset=tiny", "--vars.max_steps=4", "--vars.max_minutes=0", "--vars.vocab_size=800"]
+TINY = [
+    "--vars.text_docs=12",
+    "--vars.preset=tiny",
+    "--vars.max_steps=4",
+    "--vars.max_minutes=0",
+    "--vars.vocab_size=800",
+]
 
 
 def copy_project(tmp_path) -> Path:
@@ -28,7 +35,11 @@ def copy_project(tmp_path) -> Path:
 
 
 def run_project(project: Path, command: str, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(project), *overrides], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", command, str(project), *overrides],
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.slow
@@ -63,7 +74,9 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path):
     text = (project / "assets" / "text" / "bg" / "wikipedia-sample.txt").read_text()
     assert text.count("\n\n") == 11 and "Григорианският календар" in text
     manifest = json.loads((project / "corpus" / "manifest.json").read_text())
-    assert manifest["pipeline"] == "bg" and all(manifest["splits"][s]["sentences"] > 0 for s in ("train", "dev", "test"))
+    assert manifest["pipeline"] == "bg" and all(
+        manifest["splits"][s]["sentences"] > 0 for s in ("train", "dev", "test")
+    )
     assert any("календар" in line for line in (project / "corpus" / "vocab.txt").read_text().splitlines())
     perplexity = json.loads((project / "metrics" / "perplexity.json").read_text())
     assert perplexity["perplexity"] > 1 and perplexity["unigram_perplexity"] > 1
@@ -72,7 +85,7 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path):
     assert list((project / "packages").glob("bg_elmo_sample-0.0.1/dist/*.whl"))
     demo = (project / "metrics" / "demo.txt").read_text()
     assert "Loaded bg_elmo_sample" in demo and "topped up with" in demo
-    assert "\"България е малка страна в Европа.\" ~ \"От друга страна, статията е твърде кратка.\"" in demo
+    assert '"България е малка страна в Европа." ~ "От друга страна, статията е твърде кратка."' in demo
 
 
 @pytest.mark.slow

@@ -4,10 +4,10 @@ import sys
 import numpy as np
 import pytest
 import spacy
+from conftest import make_nlp
 from spacy.tokens import Doc
 from thinc.api import Adam
 
-from conftest import make_nlp
 from spacy_elmo import TaskMix
 from spacy_elmo.attributes import register_extensions
 from spacy_elmo.task_mix import mix_weights
@@ -118,7 +118,10 @@ def test_clear_errors():
 @pytest.mark.slow
 def test_tiny_spacy_train_with_the_elmo_config(tiny_weights, tmp_path):
     data = tmp_path / "data"
-    sentences = [("The cat sat on the mat .", "DET NOUN VERB ADP DET NOUN PUNCT"), ("Dogs run fast .", "NOUN VERB ADV PUNCT")] * 20
+    sentences = [
+        ("The cat sat on the mat .", "DET NOUN VERB ADP DET NOUN PUNCT"),
+        ("Dogs run fast .", "NOUN VERB ADV PUNCT"),
+    ] * 20
     from spacy.tokens import DocBin
 
     docs = []
@@ -131,9 +134,25 @@ def test_tiny_spacy_train_with_the_elmo_config(tiny_weights, tmp_path):
     DocBin(docs=docs).to_disk(data / "train.spacy")
     make_nlp(tiny_weights, sentence_cache_tokens=10000).to_disk(tmp_path / "elmo")
     command = [
-        sys.executable, "-m", "spacy", "train", "training/configs/upos-elmo.cfg", "--output", str(tmp_path / "out"),
-        "--paths.train", str(data / "train.spacy"), "--paths.dev", str(data / "train.spacy"), "--paths.elmo", str(tmp_path / "elmo"),
-        "--training.max_steps", "60", "--training.eval_frequency", "20", "--components.tagger.model.tok2vec.embed.mix.width", "32",
+        sys.executable,
+        "-m",
+        "spacy",
+        "train",
+        "training/configs/upos-elmo.cfg",
+        "--output",
+        str(tmp_path / "out"),
+        "--paths.train",
+        str(data / "train.spacy"),
+        "--paths.dev",
+        str(data / "train.spacy"),
+        "--paths.elmo",
+        str(tmp_path / "elmo"),
+        "--training.max_steps",
+        "60",
+        "--training.eval_frequency",
+        "20",
+        "--components.tagger.model.tok2vec.embed.mix.width",
+        "32",
     ]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -150,7 +169,9 @@ def test_elmo_at_the_encoder_output_too():
 
     from spacy_elmo import ElmoEmbed, ElmoTok2Vec
 
-    embed = ElmoEmbed(MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False), TaskMix(width=8), width=16)
+    embed = ElmoEmbed(
+        MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False), TaskMix(width=8), width=16
+    )
     tok2vec = build_Tok2Vec_model(embed, MaxoutWindowEncoder(width=16, depth=1, window_size=1, maxout_pieces=2))
     model = ElmoTok2Vec(tok2vec, TaskMix(width=8))
     docs = docs_with_layers()

@@ -1,12 +1,16 @@
 """Results do not depend on torch's thread count (several processes of one thread each must write
 what one process of several threads writes)."""
+
 import numpy as np
 import torch
-
 from conftest import random_bilm
+
 from spacy_elmo import embed_sentences
 
-SENTENCES = [["The", "bank", "raised", "its", "interest", "rates", "."], ["We", "sat", "on", "the", "river", "bank", "."]]
+SENTENCES = [
+    ["The", "bank", "raised", "its", "interest", "rates", "."],
+    ["We", "sat", "on", "the", "river", "bank", "."],
+]
 
 
 def test_layers_are_the_same_with_one_thread_and_with_two():

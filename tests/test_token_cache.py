@@ -1,7 +1,7 @@
 import numpy as np
 import torch
-
 from conftest import random_bilm
+
 from spacy_elmo import embed_sentences
 from spacy_elmo.token_cache import TokenCache
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import make_nlp
+
 from spacy_elmo import load_bilm
 from training.batching import TokenTable, make_batch, open_streams
 from training.corpus import prepare_corpus, read_sentences
@@ -43,8 +43,17 @@ def corpus(tmp_path_factory):
 
 def config(corpus, **changes):
     settings = dict(
-        corpus=str(corpus / "corpus"), vocab=str(corpus / "vocab.txt"), preset="tiny", dropout=0.0,
-        batch_tokens=120, eval_every=1000, eval_tokens=10**6, log_every=1, checkpoint_every=1000, seed=3, threads=1,
+        corpus=str(corpus / "corpus"),
+        vocab=str(corpus / "vocab.txt"),
+        preset="tiny",
+        dropout=0.0,
+        batch_tokens=120,
+        eval_every=1000,
+        eval_tokens=10**6,
+        log_every=1,
+        checkpoint_every=1000,
+        seed=3,
+        threads=1,
     )
     settings.update(changes)
     return TrainConfig(**settings)
@@ -90,7 +99,9 @@ def test_batches_are_deterministic_and_within_budget(corpus):
 
 
 def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
-    state = train(config(corpus, optimizer="adam", lr=0.01, max_steps=150, eval_every=150, batch_tokens=400), tmp_path / "run")
+    state = train(
+        config(corpus, optimizer="adam", lr=0.01, max_steps=150, eval_every=150, batch_tokens=400), tmp_path / "run"
+    )
     dev = [line for line in log_lines(tmp_path / "run") if "dev_ppl" in line][-1]
     assert dev["dev_ppl"] < 5, dev
     assert state["best_dev"] == dev["dev_ppl"]
@@ -136,7 +147,7 @@ def test_a_setting_of_the_wrong_type_is_an_error_naming_it_its_value_and_the_typ
     (tmp_path / "config.json").write_text('{"init_from": 3}')
     with pytest.raises(typer.BadParameter, match=r"init_from must be a string or null, got 3\."):
         TrainConfig.load(tmp_path / "config.json", [])
-    loaded = TrainConfig.load(None, ["max_minutes=9", "init_from=null", "model={\"n_layers\": 1}"])
+    loaded = TrainConfig.load(None, ["max_minutes=9", "init_from=null", 'model={"n_layers": 1}'])
     assert (loaded.max_minutes, loaded.init_from, loaded.model) == (9, None, {"n_layers": 1}), "an integer is a number"
     result = CliRunner().invoke(app, ["--output", str(tmp_path / "run"), "--set", "lr=abc"])
     assert result.exit_code == 2 and "lr must be a number, got 'abc'" in result.output
@@ -176,7 +187,9 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     settings = dict(max_steps=200, checkpoint_every=10)
     expected = uninterrupted_losses(corpus, tmp_path, **settings)
     killed = tmp_path / "killed"
-    process = subprocess.Popen(pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     while not (killed / "checkpoints" / "latest").exists() and time.time() < deadline:
         time.sleep(0.01)
@@ -194,9 +207,25 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
     """2 gloo processes with one data stream each = 1 process running both streams."""
     settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True)
-    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29533", "-m", "training.pretrain"]
-    done = subprocess.run(ddp + pretrain_command(corpus, tmp_path / "two", **settings)[3:], cwd=ROOT, env=env, capture_output=True, text=True)
+    subprocess.run(
+        pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True
+    )
+    ddp = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=29533",
+        "-m",
+        "training.pretrain",
+    ]
+    done = subprocess.run(
+        ddp + pretrain_command(corpus, tmp_path / "two", **settings)[3:],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     one, two = load_bilm(tmp_path / "one" / "bilm"), load_bilm(tmp_path / "two" / "bilm")
     worst = max(float((one.state_dict()[k] - two.state_dict()[k]).abs().max()) for k in one.state_dict())
@@ -217,14 +246,22 @@ def test_evaluate_reports_perplexities_and_a_unigram_baseline(corpus, tmp_path):
     train(config(corpus, optimizer="adam", lr=0.01, max_steps=40), tmp_path / "run")
     result = evaluate(tmp_path / "run", read_sentences(corpus / "corpus" / "test"))
     assert set(result) >= {"perplexity", "perplexity_forward", "perplexity_backward", "unigram_perplexity", "oov_rate"}
-    assert result["perplexity"] == pytest.approx(np.sqrt(result["perplexity_forward"] * result["perplexity_backward"]), rel=1e-9)
+    assert result["perplexity"] == pytest.approx(
+        np.sqrt(result["perplexity_forward"] * result["perplexity_backward"]), rel=1e-9
+    )
     assert result["perplexity"] < result["unigram_perplexity"]
     assert result["oov_rate"] == 0.0
     # --split test: the test split of the corpus the run was trained on.
-    evaluate_cli(tmp_path / "run", text=None, shards=None, split="test", output=tmp_path / "ppl.json", pipeline="en", vocab=None)
-    assert json.loads((tmp_path / "ppl.json").read_text())["perplexity"] == pytest.approx(result["perplexity"], rel=1e-12)
+    evaluate_cli(
+        tmp_path / "run", text=None, shards=None, split="test", output=tmp_path / "ppl.json", pipeline="en", vocab=None
+    )
+    assert json.loads((tmp_path / "ppl.json").read_text())["perplexity"] == pytest.approx(
+        result["perplexity"], rel=1e-12
+    )
     with pytest.raises(ValueError, match=r"corpus/no-such-split: no shard"):  # the split named is the one read
-        evaluate_cli(tmp_path / "run", text=None, shards=None, split="no-such-split", output=None, pipeline="en", vocab=None)
+        evaluate_cli(
+            tmp_path / "run", text=None, shards=None, split="no-such-split", output=None, pipeline="en", vocab=None
+        )
     with pytest.raises(ValueError, match="has no LM head"):
         evaluate(tmp_path / "run" / "bilm", [["The", "cat"]], corpus / "vocab.txt")
 
@@ -242,8 +279,9 @@ def test_continue_training_from_converted_original_weights(corpus, tmp_path, fix
 
 def test_continue_training_an_elmoformanylangs_model_through_its_own_vocabulary(corpus, tmp_path):
     """A model with its own char table and word embedding pretrains, evaluates and exports."""
-    from spacy_elmo import import_efml, save_bilm
     from test_efml import write_handmade_model
+
+    from spacy_elmo import import_efml, save_bilm
 
     (tmp_path / "efml").mkdir()
     save_bilm(import_efml(write_handmade_model(tmp_path / "efml", word_dim=5)), tmp_path / "source")
@@ -272,7 +310,9 @@ def test_full_disk_while_checkpointing_fails_loudly_and_keeps_the_previous_one(c
         return real_save(tensors, path, metadata=metadata)
 
     monkeypatch.setattr(safetensors.torch, "save_file", filling_disk)
-    with pytest.raises(OSError, match=r"Could not write the checkpoint of step 4 .*No space left on device.*step-00000002, is intact"):
+    with pytest.raises(
+        OSError, match=r"Could not write the checkpoint of step 4 .*No space left on device.*step-00000002, is intact"
+    ):
         train(config(corpus, max_steps=6, checkpoint_every=2), tmp_path / "run")
     monkeypatch.setattr(safetensors.torch, "save_file", real_save)
     checkpoints = tmp_path / "run" / "checkpoints"
@@ -294,7 +334,10 @@ def test_non_finite_loss_names_the_step_and_batch(corpus, tmp_path, monkeypatch)
         return (forward * float("nan"), backward) if len(calls) == 3 else (forward, backward)
 
     monkeypatch.setattr(LanguageModelLoss, "forward", poisoned)
-    with pytest.raises(FloatingPointError, match=r"Non-finite loss at step 3: batch of \d+ sentences, \d+ tokens on this rank \(first: '.+'\)"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"Non-finite loss at step 3: batch of \d+ sentences, \d+ tokens on this rank \(first: '.+'\)",
+    ):
         train(config(corpus, max_steps=5), tmp_path / "run")
 
 
@@ -335,7 +378,10 @@ def test_fine_tuning_from_a_run_keeps_its_vocabulary_and_head(corpus, tmp_path):
     """init_from a run directory: its latest checkpoint's body, LM head and vocab.txt (no vocab given)."""
     train(config(corpus, optimizer="adam", lr=0.01, max_steps=30), tmp_path / "run")
     # lr 0: the fine-tuned model must be the source exactly, head included.
-    train(config(corpus, vocab="", init_from=str(tmp_path / "run"), optimizer="adam", lr=0.0, max_steps=2), tmp_path / "tuned")
+    train(
+        config(corpus, vocab="", init_from=str(tmp_path / "run"), optimizer="adam", lr=0.0, max_steps=2),
+        tmp_path / "tuned",
+    )
     test = list(read_sentences(corpus / "corpus" / "test"))
     assert evaluate(tmp_path / "tuned", test)["perplexity"] == evaluate(tmp_path / "run", test)["perplexity"]
     tuned_checkpoint = tmp_path / "tuned" / "checkpoints" / "step-00000002"

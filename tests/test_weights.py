@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import random_bilm
+
 from spacy_elmo import WeightsError, embed_sentences, import_original, load_bilm, save_bilm
 from spacy_elmo.weights import CONFIG_FILE, WEIGHTS_FILE
 
@@ -80,7 +80,9 @@ def test_weights_of_another_model_with_no_stored_config(saved, tmp_path):
 
     other = {k: v.contiguous() for k, v in random_bilm(lstm_dim=64).state_dict().items()}
     save_file(other, str(saved / WEIGHTS_FILE))
-    with pytest.raises(WeightsError, match=r"tensor 'forward_layers.0.weight_ih' has shape \(256, 16\), the config needs \(192, 16\)"):
+    with pytest.raises(
+        WeightsError, match=r"tensor 'forward_layers.0.weight_ih' has shape \(256, 16\), the config needs \(192, 16\)"
+    ):
         load_bilm(saved)
 
 
@@ -137,7 +139,9 @@ def test_original_weights_that_do_not_match_options(tmp_path, fixture_dir):
     options["char_cnn"]["n_highway"] = 2
     options["lstm"]["dim"] = 32
     (tmp_path / "options.json").write_text(json.dumps(options))
-    with pytest.raises(WeightsError, match=r"'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape \(32, 256\) .* implies \(32, 128\)"):
+    with pytest.raises(
+        WeightsError, match=r"'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape \(32, 256\) .* implies \(32, 128\)"
+    ):
         import_original(tmp_path / "options.json", fixture_dir / "lm_weights.hdf5")
 
 
@@ -176,8 +180,14 @@ def table_bilm():
     from spacy_elmo.chars import CharTable, TokenIndexer, WordTable
 
     chars = CharTable(
-        {"a": 7, "\ud800": 8, "\n": 9, '"': 10, "😀": 11, "\\": 12}, begin_of_word=1, end_of_word=2, pad=3,
-        unknown=4, bos=5, eos=6, max_length=8,
+        {"a": 7, "\ud800": 8, "\n": 9, '"': 10, "😀": 11, "\\": 12},
+        begin_of_word=1,
+        end_of_word=2,
+        pad=3,
+        unknown=4,
+        bos=5,
+        eos=6,
+        max_length=8,
     )
     words = WordTable({"<oov>": 0, "cat": 1, "é\t": 2}, unknown=0)
     config = BiLMConfig.preset(
@@ -212,7 +222,10 @@ def test_table_model_round_trip(tmp_path, seeded):
         (lambda path: path.write_text("{truncated"), "vocabulary.json: not a valid vocabulary"),
         (lambda path: path.write_text('{"format": "other"}'), "not a spacy-elmo vocabulary"),
         (lambda path: path.write_text(path.read_text().replace('"a": 7', '"a": 70')), "needs 71 embedding rows"),
-        (lambda path: path.write_text(path.read_text().replace('"cat": 1', '"cat": 5')), "word table needs 6 embedding rows"),
+        (
+            lambda path: path.write_text(path.read_text().replace('"cat": 1', '"cat": 5')),
+            "word table needs 6 embedding rows",
+        ),
     ],
 )
 def test_broken_vocabulary(tmp_path, seeded, corrupt, fragment):

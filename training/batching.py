@@ -7,6 +7,7 @@ batch of ``batch_tokens / n_streams`` tokens per step. A process handles one or 
 the global batch of a step is the same whether 1 process or n_streams processes run it, and a run
 can resume on another number of processes with the same data order.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -149,7 +150,9 @@ def _cut(indices: np.ndarray, lengths: np.ndarray, budget: int) -> List[np.ndarr
     return batches
 
 
-def open_streams(directory: Path, numbers: Sequence[int], n_streams: int, batch_tokens: int, seed: int, table: TokenTable) -> List[Stream]:
+def open_streams(
+    directory: Path, numbers: Sequence[int], n_streams: int, batch_tokens: int, seed: int, table: TokenTable
+) -> List[Stream]:
     """The streams ``numbers`` of ``n_streams`` over the shards in ``directory``."""
     shards = shard_paths(directory)
     if n_streams > len(shards):

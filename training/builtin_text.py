@@ -14,6 +14,7 @@
     python -m training.builtin_text gensim assets/text/en [--lang en] [--max-docs N]
     python -m training.builtin_text wikitext assets/wikitext-103-raw-v1.zip assets/wikitext
 """
+
 from __future__ import annotations
 
 import bz2
@@ -58,7 +59,9 @@ def gensim_data_dir() -> Path:
     try:
         import gensim
     except ImportError:
-        raise SystemExit("The built-in corpus comes with gensim: pip install gensim (or pip install -e '.[train]').") from None
+        raise SystemExit(
+            "The built-in corpus comes with gensim: pip install gensim (or pip install -e '.[train]')."
+        ) from None
     return Path(gensim.__file__).parent / "test" / "test_data"
 
 
@@ -121,7 +124,10 @@ def lee_news(data_dir: Path) -> Documents:
 
 
 BUILTIN_TEXT: Dict[str, List[Source]] = {
-    "en": [Source("wikipedia-sample.txt", "Wikipedia articles", wikipedia_sample), Source("lee-news.txt", "news articles", lee_news)],
+    "en": [
+        Source("wikipedia-sample.txt", "Wikipedia articles", wikipedia_sample),
+        Source("lee-news.txt", "news articles", lee_news),
+    ],
     "bg": [Source("wikipedia-sample.txt", "Wikipedia page sections", bulgarian_wikipedia_sample)],
 }
 
@@ -129,7 +135,8 @@ BUILTIN_TEXT: Dict[str, List[Source]] = {
 def builtin_sources(lang: str) -> List[Source]:
     if lang not in BUILTIN_TEXT:
         raise ValueError(
-            f"No built-in text for language {lang!r} (there is built-in text for: {', '.join(BUILTIN_TEXT)}). Pass your own text: "
+            f"No built-in text for language {lang!r} (there is built-in text for: {', '.join(BUILTIN_TEXT)}). Pass "
+            "your own text: "
             f"spacy project run all --vars.lang {lang} --vars.text PATH (a .txt file or a folder of them, one "
             "paragraph per line, a blank line between documents)."
         )
@@ -150,7 +157,9 @@ def gensim(
     output: Path,
     lang: str = typer.Option("en", help="Language of the text: " + ", ".join(BUILTIN_TEXT) + "."),
     max_docs: int = typer.Option(0, help="Documents per source; 0 for all."),
-    corpus_text: Optional[Path] = typer.Option(None, help="The text the workflow reads (${vars.text}): nothing is extracted unless it is OUTPUT."),
+    corpus_text: Optional[Path] = typer.Option(
+        None, help="The text the workflow reads (${vars.text}): nothing is extracted unless it is OUTPUT."
+    ),
 ) -> None:
     """Extract the built-in text of a language from gensim's wheel."""
     if corpus_text is not None and corpus_text.resolve() != output.resolve():

@@ -6,6 +6,7 @@
 positions, RNG states, ...; RNG tensors in ``rng.safetensors``). A checkpoint is written under a
 temporary name and renamed into place; ``RUN/checkpoints/latest`` names the newest complete one.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-import torch
 from torch import Tensor
 
-from spacy_elmo.weights import save_bilm
-
 from spacy_elmo.io import atomic_write_text
+from spacy_elmo.weights import save_bilm
 
 from .vocab import Vocabulary
 
@@ -28,7 +27,14 @@ LATEST = "latest"
 
 
 def save_checkpoint(
-    directory: Path, step: int, bilm, vocab: Vocabulary, optimizer_state: Dict, trainer: Dict, rng: Dict[str, Tensor], keep: int = 3
+    directory: Path,
+    step: int,
+    bilm,
+    vocab: Vocabulary,
+    optimizer_state: Dict,
+    trainer: Dict,
+    rng: Dict[str, Tensor],
+    keep: int = 3,
 ) -> Path:
     """Write checkpoint ``step`` under ``directory`` and point ``latest`` at it; keep the newest ``keep``."""
     from safetensors.torch import save_file

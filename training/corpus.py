@@ -12,6 +12,7 @@ Output: ``OUT/<split>/shard-00000.jsonl`` (a JSON list of tokens per line) and
     python -m training.corpus OUT --train a.txt --dev b.txt --test c.txt [--pipeline en]
     python -m training.corpus OUT --source texts/ --split 0.98,0.01,0.01
 """
+
 from __future__ import annotations
 
 import json
@@ -157,8 +158,11 @@ def prepare_corpus(
                 writer.add(tokens)
         writer.flush()
         manifest["splits"][split] = {
-            "sources": [str(f) for f in files], "shards": writer.shards, "sentences": writer.sentences,
-            "tokens": writer.tokens, "invalid_lines_skipped": stats["invalid_lines"],
+            "sources": [str(f) for f in files],
+            "shards": writer.shards,
+            "sentences": writer.sentences,
+            "tokens": writer.tokens,
+            "invalid_lines_skipped": stats["invalid_lines"],
         }
     atomic_write_text(output / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -177,7 +181,11 @@ def split_by_document(
     order = list(range(len(docs)))
     rng.shuffle(order)
     sizes = _split_sizes(len(docs), fractions)
-    parts = {"train": order[: sizes[0]], "dev": order[sizes[0] : sizes[0] + sizes[1]], "test": order[sizes[0] + sizes[1] :]}
+    parts = {
+        "train": order[: sizes[0]],
+        "dev": order[sizes[0] : sizes[0] + sizes[1]],
+        "test": order[sizes[0] + sizes[1] :],
+    }
     files = {}
     for split, indices in parts.items():
         path = Path(output) / "raw" / f"{split}.txt"
@@ -190,7 +198,9 @@ def _split_sizes(n_docs: int, fractions: Tuple[float, float, float]) -> List[int
     """Documents per split: by fraction, but at least one for every split whose fraction is > 0."""
     wanted = sum(1 for f in fractions if f > 0)
     if n_docs < wanted:
-        raise ValueError(f"{n_docs} documents cannot fill {wanted} splits; give more text (documents are separated by blank lines).")
+        raise ValueError(
+            f"{n_docs} documents cannot fill {wanted} splits; give more text (documents are separated by blank lines)."
+        )
     sizes = [max(1, round(n_docs * f)) if f > 0 else 0 for f in fractions[1:]]
     return [n_docs - sum(sizes), *sizes]
 
@@ -229,7 +239,9 @@ def main(
     train: List[Path] = typer.Option([], help="Training text files or folders."),
     dev: List[Path] = typer.Option([], help="Development text."),
     test: List[Path] = typer.Option([], help="Test text."),
-    source: List[Path] = typer.Option([], help="Text to split into train/dev/test by document (instead of --train/--dev/--test)."),
+    source: List[Path] = typer.Option(
+        [], help="Text to split into train/dev/test by document (instead of --train/--dev/--test)."
+    ),
     split: str = typer.Option("0.98,0.01,0.01", help="Fractions of documents for train, dev, test with --source."),
     pipeline: str = typer.Option("en", help="Language code (blank pipeline + sentencizer) or a spaCy pipeline."),
     shard_size: int = typer.Option(10000, help="Sentences per shard."),
@@ -245,8 +257,10 @@ def main(
         raise typer.BadParameter("give --train files (and --dev/--test), or --source to split.")
     manifest = prepare_corpus(output, splits, pipeline, shard_size, max_sentence_length)
     for name, info in manifest["splits"].items():
-        typer.echo(f"{name}: {info['sentences']} sentences, {info['tokens']} tokens, {info['shards']} shards, "
-                   f"{info['invalid_lines_skipped']} invalid lines skipped")
+        typer.echo(
+            f"{name}: {info['sentences']} sentences, {info['tokens']} tokens, {info['shards']} shards, "
+            f"{info['invalid_lines_skipped']} invalid lines skipped"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The learning curve of a run: training and dev perplexity against tokens seen, as a PNG."""
+
 from __future__ import annotations
 
 import json

@@ -10,6 +10,7 @@ backward and average perplexity (exp of the mean NLL over both directions' predi
 of predictions, the out-of-vocabulary rate, and a unigram model's perplexity on the same predictions
 (from the vocabulary's training counts) for scale.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,14 +21,13 @@ from typing import Dict, Iterable, List, Optional
 import torch
 import typer
 
+from spacy_elmo.io import atomic_write_text
 from spacy_elmo.weights import load_bilm
 
 from .batching import TokenTable, TrainingBatch, batches_in_order
 from .checkpoint import resolve_checkpoint
 from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
 from .objective import LanguageModelLoss, perplexity
-from spacy_elmo.io import atomic_write_text
-
 from .vocab import Vocabulary
 
 
@@ -48,7 +48,10 @@ def unigram_perplexity(vocab: Vocabulary, batches: List[TrainingBatch]) -> float
 
 
 def evaluate(
-    model: Path, token_lists: Iterable[List[str]], vocab_path: Optional[Path] = None, batch_tokens: int = 4096,
+    model: Path,
+    token_lists: Iterable[List[str]],
+    vocab_path: Optional[Path] = None,
+    batch_tokens: int = 4096,
     device: Optional[str] = None,
 ) -> Dict:
     """Scores on ``device`` (default: CUDA when available, else CPU)."""

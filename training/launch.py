@@ -1,7 +1,8 @@
 """Run a training module on N GPUs: torchrun for N > 1, a plain process otherwise (CPU or one GPU).
 
-    python -m training.launch 4 training.pretrain CONFIG --output RUN ...
+python -m training.launch 4 training.pretrain CONFIG --output RUN ...
 """
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,16 @@ import sys
 
 def command(gpus: int, module: str, arguments: list) -> list:
     if gpus > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus}", "-m", module, *arguments]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={gpus}",
+            "-m",
+            module,
+            *arguments,
+        ]
     return [sys.executable, "-m", module, *arguments]
 
 

@@ -1,6 +1,7 @@
 """The biLM's LM head at both ends of a run: built for the run's vocabulary (a new biLM, or one
 continued from ``init_from`` that keeps the rows of the words both vocabularies share), and
 stripped from the final weights (the elmo component has no use for it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -50,7 +51,10 @@ def vocab_path(cfg: TrainConfig) -> Path:
     source_vocab = resolve_checkpoint(Path(cfg.init_from)) / "vocab.txt" if cfg.init_from else None
     if source_vocab and source_vocab.is_file():
         return source_vocab
-    raise ValueError("No vocabulary: set vocab (a vocab.txt from `python -m training.vocab`), or init_from a checkpoint that has one.")
+    raise ValueError(
+        "No vocabulary: set vocab (a vocab.txt from `python -m training.vocab`), or init_from a checkpoint that has "
+        "one."
+    )
 
 
 def strip_lm_head(bilm: BiLM, directory: Path) -> Path:

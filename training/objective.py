@@ -1,6 +1,7 @@
 """The paper's pretraining objective: the log likelihood of a forward and a backward language model
 that share the token representation and the softmax but keep separate LSTMs; and the perplexity
 it amounts to on held-out batches."""
+
 from __future__ import annotations
 
 import math
@@ -59,7 +60,11 @@ def perplexity(loss_module: LanguageModelLoss, batches: List[TrainingBatch], dev
     forward = backward = targets = 0.0
     for batch in batches:
         nll_forward, nll_backward = loss_module(batch.to(device))
-        forward, backward, targets = forward + float(nll_forward), backward + float(nll_backward), targets + batch.n_targets
+        forward, backward, targets = (
+            forward + float(nll_forward),
+            backward + float(nll_backward),
+            targets + batch.n_targets,
+        )
     loss_module.train(was_training)
     return {
         "forward": math.exp(forward / targets),

@@ -1,4 +1,5 @@
 """The optimizers a run can name (``TrainConfig.optimizer``): name -> factory of (parameters, lr)."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable

@@ -14,6 +14,7 @@ This module is the loop; the pieces it runs are: training.train_config (the sett
 training.session (setup, resume, checkpoints), training.step (one step), training.run_log (the
 log), training.objective (the loss and perplexity) and training.lm_head (the final weights).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,7 +45,9 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     if main:
         output.mkdir(parents=True, exist_ok=True)
         (output / "train-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    progress = tqdm(total=cfg.max_steps or None, initial=state["step"], disable=not main, unit="step", dynamic_ncols=True)
+    progress = tqdm(
+        total=cfg.max_steps or None, initial=state["step"], disable=not main, unit="step", dynamic_ncols=True
+    )
     clock, window = Clock(state["elapsed"], cfg.max_minutes, cfg.checkpoint_minutes), LossWindow()
     while True:
         totals = take_step(session, clock)
@@ -55,7 +58,11 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         if step % cfg.log_every == 0 or finished:
             record = window.record(state, full_softmax=cfg.softmax == "full")
             log.write(**record)
-            progress.set_postfix(tok_s=f"{record['tokens_per_s']:,.0f}", loss=f"{record['loss']:.3f}", best_dev_ppl=f"{state['best_dev'] or math.nan:.1f}")
+            progress.set_postfix(
+                tok_s=f"{record['tokens_per_s']:,.0f}",
+                loss=f"{record['loss']:.3f}",
+                best_dev_ppl=f"{state['best_dev'] or math.nan:.1f}",
+            )
             window = LossWindow()
         if main and (step % cfg.eval_every == 0 or finished):
             _evaluate_on_dev(session, log)
@@ -83,8 +90,14 @@ def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
     state, output = session.state, session.output
     scores = perplexity(session.loss_module, session.dev, session.processes.device)
     state["best_dev"] = min(scores["average"], state["best_dev"] or math.inf)
-    log.write(step=state["step"], tokens=state["tokens"], elapsed=round(state["elapsed"], 2), dev_ppl=scores["average"],
-              dev_ppl_forward=scores["forward"], dev_ppl_backward=scores["backward"])
+    log.write(
+        step=state["step"],
+        tokens=state["tokens"],
+        elapsed=round(state["elapsed"], 2),
+        dev_ppl=scores["average"],
+        dev_ppl_forward=scores["forward"],
+        dev_ppl_backward=scores["backward"],
+    )
     plot_learning_curve(output / "log.jsonl", output / "curve.png")
 
 
@@ -100,7 +113,10 @@ def main(
     """Pretrain (or resume, or continue training) a biLM."""
     state = train(TrainConfig.load(config, set_), output)
     if int(os.environ.get("RANK", "0")) == 0:
-        typer.echo(f"Done: {state['step']} steps, {state['tokens']:,} tokens, best dev perplexity {state['best_dev']:.2f}; weights in {output / 'bilm'}")
+        typer.echo(
+            f"Done: {state['step']} steps, {state['tokens']:,} tokens, best dev perplexity {state['best_dev']:.2f}; "
+            f"weights in {output / 'bilm'}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The processes of a pretraining job: one per device, started by torchrun (or a single one), and
 which data streams each reads. Under torchrun they form a process group (NCCL on GPUs, gloo on CPU)."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,9 @@ class Processes:
         if cuda:
             torch.cuda.set_device(device)
         else:
-            torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+            torch.set_num_threads(
+                cfg.threads or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+            )
         if world > 1:
             dist.init_process_group("nccl" if cuda else "gloo")
         n_streams = cfg.data_streams or world

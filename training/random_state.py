@@ -1,5 +1,6 @@
 """Every process's torch RNG state (and CUDA's), saved in checkpoints so that a resumed run draws
 the same dropout masks and softmax samples as one never stopped."""
+
 from __future__ import annotations
 
 from typing import Dict

@@ -1,5 +1,6 @@
 """RUN/log.jsonl, the run's one curve: one JSON object per line, training lines (the loss over a
 window of steps) and dev lines (perplexity)."""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,13 @@ class LossWindow:
         the loss is a perplexity's (the full softmax; a sampled-softmax loss is none)."""
         mean_nll = self.nll / self.targets
         rate = self.tokens / max(1e-9, time.time() - self.opened)
-        record = {"step": state["step"], "tokens": state["tokens"], "elapsed": round(state["elapsed"], 2), "loss": mean_nll, "tokens_per_s": rate}
+        record = {
+            "step": state["step"],
+            "tokens": state["tokens"],
+            "elapsed": round(state["elapsed"], 2),
+            "loss": mean_nll,
+            "tokens_per_s": rate,
+        }
         if full_softmax:
             record["train_ppl"] = math.exp(mean_nll)
         return record

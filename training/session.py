@@ -2,6 +2,7 @@
 and the run's state, set up new or resumed from the run's latest checkpoint; and the checkpoints it
 writes. A resumed session has the same data positions, RNG states and optimizer state as the run
 had at that checkpoint, so its loss curve continues as if never stopped."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,11 +62,21 @@ class Session:
         step = self.state["step"]
         trainer = {**self.state, "world": self.processes.world, "data_streams": self.processes.n_streams}
         try:
-            save_checkpoint(self.checkpoints, step, self.bilm, self.vocab, self.optimizer.state_dict(), trainer, rng, self.cfg.keep_checkpoints)
+            save_checkpoint(
+                self.checkpoints,
+                step,
+                self.bilm,
+                self.vocab,
+                self.optimizer.state_dict(),
+                trainer,
+                rng,
+                self.cfg.keep_checkpoints,
+            )
         except OSError as err:
             raise OSError(
-                err.errno, f"Could not write the checkpoint of step {step} in {self.checkpoints} ({err.strerror or err}); "
-                f"the previous one, {latest_checkpoint(self.checkpoints)}, is intact and the run resumes from it."
+                err.errno,
+                f"Could not write the checkpoint of step {step} in {self.checkpoints} ({err.strerror or err}); "
+                f"the previous one, {latest_checkpoint(self.checkpoints)}, is intact and the run resumes from it.",
             ) from err
 
 
@@ -79,7 +90,9 @@ def open_session(cfg: TrainConfig, output: Path) -> Session:
     torch.manual_seed(cfg.seed)  # the same new model on every rank
     bilm = load_bilm(resume_from) if resume_from else build_bilm(cfg, vocab)
     table = TokenTable(vocab, bilm.indexer)  # the model's own characters (and words) for its input
-    streams = open_streams(Path(cfg.corpus) / "train", processes.streams, processes.n_streams, cfg.batch_tokens, cfg.seed, table)
+    streams = open_streams(
+        Path(cfg.corpus) / "train", processes.streams, processes.n_streams, cfg.batch_tokens, cfg.seed, table
+    )
     dev = dev_batches(Path(cfg.corpus), table, cfg.eval_tokens, cfg.batch_tokens) if processes.main else []
     bilm = bilm.to(processes.device).train()
     optimizer = make_optimizer(cfg.optimizer, bilm.parameters(), cfg.lr)
@@ -92,10 +105,14 @@ def open_session(cfg: TrainConfig, output: Path) -> Session:
     if cfg.compile:
         model = torch.compile(model)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.bf16 and processes.device.type == "cuda")
-    return Session(cfg, output, processes, vocab, bilm, table, streams, dev, optimizer, state, loss_module, model, autocast)
+    return Session(
+        cfg, output, processes, vocab, bilm, table, streams, dev, optimizer, state, loss_module, model, autocast
+    )
 
 
-def _resume(checkpoint: Path, processes: Processes, optimizer: torch.optim.Optimizer, streams: List[Stream]) -> Dict[str, Any]:
+def _resume(
+    checkpoint: Path, processes: Processes, optimizer: torch.optim.Optimizer, streams: List[Stream]
+) -> Dict[str, Any]:
     """Restore the optimizer, the streams' positions and this rank's RNG states; the run's state."""
     optimizer_state, state, rng = load_checkpoint(checkpoint)
     if state.get("data_streams", processes.n_streams) != processes.n_streams:

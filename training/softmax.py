@@ -8,6 +8,7 @@
 
 ``SOFTMAXES`` names the ones training can use (``TrainConfig.softmax``).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,9 @@ def full_nll(head: LMHead, hidden: Tensor, targets: Tensor, chunk: int = 0) -> T
         return F.cross_entropy(head(hidden).float(), targets, reduction="sum")
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, hidden.shape[0], chunk):
-        total = total + F.cross_entropy(head(hidden[start : start + chunk]).float(), targets[start : start + chunk], reduction="sum")
+        total = total + F.cross_entropy(
+            head(hidden[start : start + chunk]).float(), targets[start : start + chunk], reduction="sum"
+        )
     return total
 
 

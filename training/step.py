@@ -1,6 +1,7 @@
 """One optimizer step of a pretraining process, and the clock that decides with it whether the run
 stops (``max_minutes``) or checkpoints (``checkpoint_minutes``): every process reads its own clock,
 and the step's all-reduce makes them agree."""
+
 from __future__ import annotations
 
 import math
@@ -71,6 +72,8 @@ def _non_finite_loss(session: Session, batch: TrainingBatch, tokens: float) -> F
     """The error that names the step, this rank's batch and the checkpoint to go back to."""
     first = " ".join(session.table.strings[i] for i in batch.type_ids[1 : batch.lengths[0] - 1].tolist())[:80]
     return FloatingPointError(
-        f"Non-finite loss at step {session.state['step'] + 1}: batch of {len(batch.lengths)} sentences, {int(tokens)} tokens "
-        f"on this rank (first: {first!r}). The last checkpoint is {latest_checkpoint(session.checkpoints)}; lower lr or check the data."
+        f"Non-finite loss at step {session.state['step'] + 1}: batch of {len(batch.lengths)} sentences, {int(tokens)} "
+        "tokens "
+        f"on this rank (first: {first!r}). The last checkpoint is {latest_checkpoint(session.checkpoints)}; lower lr "
+        "or check the data."
     )

@@ -1,5 +1,6 @@
 """The settings of a pretraining run: a JSON file, then ``--set key=value`` overrides, each value
 checked against the type of its field (``--set lr=abc`` is an error that names the setting)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,43 +13,52 @@ from typing import Any, Dict, List, Optional, Union
 import typer
 
 # How a setting's type is named in errors: the JSON values it takes.
-JSON_NAMES = {float: "a number", int: "an integer", bool: "true or false", str: "a string", type(None): "null", dict: "a JSON object"}
+JSON_NAMES = {
+    float: "a number",
+    int: "an integer",
+    bool: "true or false",
+    str: "a string",
+    type(None): "null",
+    dict: "a JSON object",
+}
 
 
 @dataclass
 class TrainConfig:
-    corpus: str = ""                  # directory with train/ and dev/ shards
-    vocab: str = ""                   # vocab.txt; default with init_from: the source's vocab.txt
-    preset: str = "small"             # BiLMConfig preset ...
+    corpus: str = ""  # directory with train/ and dev/ shards
+    vocab: str = ""  # vocab.txt; default with init_from: the source's vocab.txt
+    preset: str = "small"  # BiLMConfig preset ...
     model: Dict[str, Any] = field(default_factory=dict)  # ... and overrides of its sizes
-    init_from: Optional[str] = None   # a native biLM, checkpoint or run (its latest) to continue training
-    softmax: str = "full"             # training.objective.SOFTMAXES: "full" or "sampled"
-    n_samples: int = 8192             # sampled softmax candidates per batch
-    optimizer: str = "adagrad"        # training.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
+    init_from: Optional[str] = None  # a native biLM, checkpoint or run (its latest) to continue training
+    softmax: str = "full"  # training.objective.SOFTMAXES: "full" or "sampled"
+    n_samples: int = 8192  # sampled softmax candidates per batch
+    optimizer: str = "adagrad"  # training.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
     lr: float = 0.2
-    clip_norm: float = 10.0           # gradient norm clipping; 0 disables
+    clip_norm: float = 10.0  # gradient norm clipping; 0 disables
     dropout: float = 0.1
-    batch_tokens: int = 4096          # global batch, <S>/</S> included
-    data_streams: int = 0             # 0: one per process
-    max_steps: int = 0                # 0: no limit
-    max_minutes: float = 0.0          # 0: no limit
-    eval_every: int = 200             # steps
-    eval_tokens: int = 50000          # dev tokens per evaluation
-    log_every: int = 10               # steps
-    checkpoint_every: int = 500       # steps
+    batch_tokens: int = 4096  # global batch, <S>/</S> included
+    data_streams: int = 0  # 0: one per process
+    max_steps: int = 0  # 0: no limit
+    max_minutes: float = 0.0  # 0: no limit
+    eval_every: int = 200  # steps
+    eval_tokens: int = 50000  # dev tokens per evaluation
+    log_every: int = 10  # steps
+    checkpoint_every: int = 500  # steps
     checkpoint_minutes: float = 10.0  # also checkpoint at least this often
     keep_checkpoints: int = 3
     seed: int = 0
-    bf16: bool = True                 # bf16 autocast on GPU
-    compile: bool = False             # torch.compile the loss module
-    threads: int = 0                  # CPU threads per process; 0: cores / processes
+    bf16: bool = True  # bf16 autocast on GPU
+    compile: bool = False  # torch.compile the loss module
+    threads: int = 0  # CPU threads per process; 0: cores / processes
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for setting in dataclasses.fields(self):
             value = getattr(self, setting.name)
             if not _has_type(value, hints[setting.name]):
-                raise ValueError(f"Training setting {setting.name} must be {_type_name(hints[setting.name])}, got {value!r}.")
+                raise ValueError(
+                    f"Training setting {setting.name} must be {_type_name(hints[setting.name])}, got {value!r}."
+                )
 
     @classmethod
     def load(cls, path: Optional[Path], overrides: List[str]) -> "TrainConfig":

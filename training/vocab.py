@@ -3,6 +3,7 @@
 Stored as ``vocab.txt``: one ``word<TAB>count`` per line, the three special tokens first, then
 words by falling count (the order the log-uniform sampler assumes).
 """
+
 from __future__ import annotations
 
 from collections import Counter

@@ -8,11 +8,13 @@
   is trained on; dev picks the checkpoint and test is reported.
 
     python -m training.downstream.data DATA_DIR OUT_DIR
-    python -m training.downstream.data DATA_DIR OUT_DIR --lang en --upos "ud-english-ewt/en_ewt-ud-{split}.conllu" --ner "wnut17/{split}.conll"
+    python -m training.downstream.data DATA_DIR OUT_DIR --lang en \
+        --upos "ud-english-ewt/en_ewt-ud-{split}.conllu" --ner "wnut17/{split}.conll"
 
 The files are given relative to DATA_DIR, with ``{split}`` for train, dev and test; the language
 is the blank pipeline's whose vocabulary the docs use.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,7 +93,11 @@ def nested_subsets(docs: Sequence[Doc], fractions: Sequence[int], seed: int) -> 
 
 def save_task_text(docs_by_split: Dict[str, Sequence[Doc]], output: Path) -> Dict:
     """Unlabeled token lists of each split as corpus shards plus a manifest (training.corpus's layout)."""
-    manifest: Dict = {"pipeline": "gold tokens of UD English-EWT and WNUT-17", "max_sentence_length": MAX_SENTENCE_LENGTH, "splits": {}}
+    manifest: Dict = {
+        "pipeline": "gold tokens of UD English-EWT and WNUT-17",
+        "max_sentence_length": MAX_SENTENCE_LENGTH,
+        "splits": {},
+    }
     for split, docs in docs_by_split.items():
         writer = ShardWriter(output / split, shard_size=10000)
         for doc in docs:
@@ -109,12 +115,18 @@ def save(docs: Sequence[Doc], path: Path) -> Tuple[int, int]:
     return len(docs), sum(len(d) for d in docs)
 
 
-def main(data: Path = typer.Argument(..., help="The shared data folder (ud-english-ewt/, wnut17/)."),
-         output: Path = typer.Argument(..., help="Where the .spacy files go."),
-         seed: int = typer.Option(0, help="Seed of the training subsets."),
-         lang: str = typer.Option("en", help="Language of the blank pipeline whose vocabulary the docs use."),
-         upos: str = typer.Option("ud-english-ewt/en_ewt-ud-{split}.conllu", help="The UPOS CoNLL-U files in DATA, {split}: train, dev, test."),
-         ner: str = typer.Option("wnut17/{split}.conll", help="The NER files (token<TAB>IOB tag) in DATA, {split}: train, dev, test.")) -> None:
+def main(
+    data: Path = typer.Argument(..., help="The shared data folder (ud-english-ewt/, wnut17/)."),
+    output: Path = typer.Argument(..., help="Where the .spacy files go."),
+    seed: int = typer.Option(0, help="Seed of the training subsets."),
+    lang: str = typer.Option("en", help="Language of the blank pipeline whose vocabulary the docs use."),
+    upos: str = typer.Option(
+        "ud-english-ewt/en_ewt-ud-{split}.conllu", help="The UPOS CoNLL-U files in DATA, {split}: train, dev, test."
+    ),
+    ner: str = typer.Option(
+        "wnut17/{split}.conll", help="The NER files (token<TAB>IOB tag) in DATA, {split}: train, dev, test."
+    ),
+) -> None:
     vocab = spacy.blank(lang).vocab
     upos_docs = {split: ewt_docs(data / upos.format(split=split), vocab) for split in SPLITS}
     for fraction, docs in nested_subsets(upos_docs["train"], FRACTIONS, seed).items():

@@ -1,5 +1,6 @@
 """Where the downstream scores go: ``metrics/downstream/NAME.json``, relative to the working
 directory (the project's, as project.yml runs the commands)."""
+
 from __future__ import annotations
 
 import json

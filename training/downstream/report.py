@@ -4,6 +4,7 @@ bench/results/downstream.json and a plot of the layer weights each task learned.
 
     python -m training.downstream.report --bilm runs/elmo --perplexity metrics/perplexity.json
 """
+
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ import numpy as np
 import typer
 
 from spacy_elmo.io import atomic_write_text
+from spacy_elmo.machine import cpu_description
 
 from .metrics import METRICS, load_metrics
 
@@ -31,7 +33,9 @@ def _shown(path: str) -> str:
 def _corpus_origin(corpus: Path) -> str:
     """The corpus directory, and the text files its training split was made from."""
     manifest = corpus / "manifest.json"
-    sources = json.loads(manifest.read_text())["splits"].get("train", {}).get("sources", []) if manifest.exists() else []
+    sources = (
+        json.loads(manifest.read_text())["splits"].get("train", {}).get("sources", []) if manifest.exists() else []
+    )
     return _shown(str(corpus)) + (f", made from {', '.join(_shown(s) for s in sources)}" if sources else "")
 
 
@@ -39,7 +43,11 @@ def _run_summary(run: Path) -> Tuple[Dict, Dict, Dict]:
     """A training run's report entry, its training config, and its last logged step."""
     train = json.loads((run / "train-config.json").read_text())
     last = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if "loss" in line][-1]
-    return {"run": str(run), "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60}, train, last
+    return (
+        {"run": str(run), "train_config": train, "tokens_seen": last["tokens"], "minutes": last["elapsed"] / 60},
+        train,
+        last,
+    )
 
 
 def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
@@ -47,9 +55,13 @@ def describe_bilm(run: Path, perplexity: Optional[Path]) -> Dict:
     config = json.loads((run / "bilm" / "config.json").read_text())["config"]
     info, train, _ = _run_summary(run)
     info["config"] = config
-    text = (f"`{train['preset']}` preset ({config['n_layers']} x {config['lstm_dim']} LSTM cells, projection {config['projection_dim']}, "
-            f"{sum(n for _, n in config['filters'])} char filters), pretrained for {info['minutes']:.0f} minutes on this 2-core CPU "
-            f"({info['tokens_seen']:,} tokens of {_corpus_origin(Path(train['corpus']))})")
+    text = (
+        f"`{train['preset']}` preset ({config['n_layers']} x {config['lstm_dim']} LSTM cells, projection "
+        f"{config['projection_dim']}, "
+        f"{sum(n for _, n in config['filters'])} char filters), pretrained for {info['minutes']:.0f} minutes "
+        f"({info['tokens_seen']:,} tokens of {_corpus_origin(Path(train['corpus']))}); this report was written on "
+        f"{cpu_description()}"
+    )
     if perplexity and Path(perplexity).exists():
         scores = json.loads(Path(perplexity).read_text())
         info["perplexity"] = scores
@@ -62,9 +74,13 @@ def describe_finetuning(run: Path, perplexity: Optional[Path], before: Optional[
     """What the report says about fine-tuning the biLM on the tasks' unlabeled text."""
     info, train, last = _run_summary(run)
     manifest = json.loads((Path(train["corpus"]) / "manifest.json").read_text())
-    text = (f"Then fine-tuned for {info['minutes']:.0f} minutes ({last['step']} steps, {last['tokens']:,} tokens) on the tasks' "
-            f"unlabeled training text ({manifest['splits']['train']['tokens']:,} tokens of EWT + WNUT train; the paper's section 3.4), "
-            f"and frozen")
+    text = (
+        f"Then fine-tuned for {info['minutes']:.0f} minutes ({last['step']} steps, {last['tokens']:,} tokens) on the "
+        "tasks' "
+        f"unlabeled training text ({manifest['splits']['train']['tokens']:,} tokens of EWT + WNUT train; the paper's "
+        "section 3.4), "
+        f"and frozen"
+    )
     if perplexity and Path(perplexity).exists():
         info["perplexity"] = json.loads(Path(perplexity).read_text())
         text += f"; perplexity on the tasks' test text {info['perplexity']['perplexity']:.1f}"
@@ -75,13 +91,15 @@ def describe_finetuning(run: Path, perplexity: Optional[Path], before: Optional[
     return info
 
 
-def main(bilm: Optional[Path] = typer.Option(None, help="The biLM's run directory (runs/elmo)."),
-         perplexity: Optional[Path] = typer.Option(None, help="Its evaluate JSON."),
-         task_bilm: Optional[Path] = typer.Option(None, help="The run that fine-tuned it on the tasks' text, if any."),
-         task_perplexity: Optional[Path] = typer.Option(None, help="That run's evaluate JSON on the tasks' test text."),
-         task_perplexity_before: Optional[Path] = typer.Option(None, help="The pretrained biLM's, on the same text."),
-         output: Path = typer.Option(Path("RESULTS.md")),
-         results: Path = typer.Option(RESULTS, help="Where downstream.json and the plot go.")) -> None:
+def main(
+    bilm: Optional[Path] = typer.Option(None, help="The biLM's run directory (runs/elmo)."),
+    perplexity: Optional[Path] = typer.Option(None, help="Its evaluate JSON."),
+    task_bilm: Optional[Path] = typer.Option(None, help="The run that fine-tuned it on the tasks' text, if any."),
+    task_perplexity: Optional[Path] = typer.Option(None, help="That run's evaluate JSON on the tasks' test text."),
+    task_perplexity_before: Optional[Path] = typer.Option(None, help="The pretrained biLM's, on the same text."),
+    output: Path = typer.Option(Path("RESULTS.md")),
+    results: Path = typer.Option(RESULTS, help="Where downstream.json and the plot go."),
+) -> None:
     """Collect metrics/downstream/*.json into RESULTS.md, bench/results/downstream.json and
     bench/results/downstream-layer-weights.png."""
     runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
@@ -91,7 +109,10 @@ def main(bilm: Optional[Path] = typer.Option(None, help="The biLM's run director
         info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
         info["description"] = f"{info.get('description', '')} {info['finetuning']['description']}".strip()
     results.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(results / "downstream.json", json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n")
+    atomic_write_text(
+        results / "downstream.json",
+        json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n",
+    )
     plot = _plot_weights(runs, results / "downstream-layer-weights.png")
     atomic_write_text(output, _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent))
     typer.echo(f"Wrote {output}")
@@ -140,23 +161,48 @@ def _seeds(*compared: Dict) -> str:
     return "/".join(sorted({str(len(run.get("seed_scores", [0]))) for run in compared}))
 
 
-def _markdown(runs: Dict, wic_scores: Dict, similarity_scores: Dict, info: Dict, plot: Optional[Path], home: Path) -> str:
+def _markdown(
+    runs: Dict, wic_scores: Dict, similarity_scores: Dict, info: Dict, plot: Optional[Path], home: Path
+) -> str:
     lines = ["# Results: ELMo in downstream models", ""]
     if info:
         lines += [f"biLM: {info.get('description', '')}", ""]
-    lines += ["## 1. UPOS accuracy on UD English-EWT test (tagger; same model, budget and seeds with and without ELMo)", "",
-              "Mean over seeds (± sample standard deviation); the model of each seed is the best on dev.", "",
-              "| training data | seeds | baseline | +ELMo | difference |", "|---|---:|---:|---:|---:|"]
+    lines += [
+        "## 1. UPOS accuracy on UD English-EWT test (tagger; same model, budget and seeds with and without ELMo)",
+        "",
+        "Mean over seeds (± sample standard deviation); the model of each seed is the best on dev.",
+        "",
+        "| training data | seeds | baseline | +ELMo | difference |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for size in (1, 10, 100):
         base, elmo = runs.get(f"upos-{size}-baseline"), runs.get(f"upos-{size}-elmo")
         if base and elmo:
-            lines.append(f"| {size}% | {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |")
+            lines.append(
+                f"| {size}% | {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | "
+                f"{100 * (elmo['score'] - base['score']):+.2f} |"
+            )
     base, elmo = runs.get("ner-100-baseline"), runs.get("ner-100-elmo")
-    lines += ["", "## 2. WNUT-17 entity F1 (test)", "", "| seeds | baseline | +ELMo | difference |", "|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "## 2. WNUT-17 entity F1 (test)",
+        "",
+        "| seeds | baseline | +ELMo | difference |",
+        "|---:|---:|---:|---:|",
+    ]
     if base and elmo:
-        lines.append(f"| {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |")
-    lines += ["", "## 3. WiC test accuracy from ELMo alone (cosine of the target's vectors, threshold tuned on dev)", "",
-              "The WiC paper's ELMo-based figure is about 57.7; chance is 50.", "", "| vectors | dev | test |", "|---|---:|---:|"]
+        lines.append(
+            f"| {_seeds(base, elmo)} | {_score(base)} | {_score(elmo)} | {100 * (elmo['score'] - base['score']):+.2f} |"
+        )
+    lines += [
+        "",
+        "## 3. WiC test accuracy from ELMo alone (cosine of the target's vectors, threshold tuned on dev)",
+        "",
+        "The WiC paper's ELMo-based figure is about 57.7; chance is 50.",
+        "",
+        "| vectors | dev | test |",
+        "|---|---:|---:|",
+    ]
     for name, scores in wic_scores.items():
         lines.append(f"| {name} | {100 * scores['dev_accuracy']:.1f} | {100 * scores['test_accuracy']:.1f} |")
     lines += ["", "## 4. Learned layer weights", ""]

@@ -7,6 +7,7 @@ metrics/downstream/similarity.json.
 
 Each set is ``NAME=FILE``, the file relative to --data with one ``word<TAB>word<TAB>score`` per line.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,11 @@ import typer
 from .metrics import save_metrics
 from .vectors import compared_mixes, cosine, representations, word_layers
 
-SETS = ["MEN=word-similarity/EN-MEN-TR-3k.txt", "WS-353=word-similarity/EN-WS-353-ALL.txt", "SimLex-999=word-similarity/EN-SIMLEX-999.txt"]
+SETS = [
+    "MEN=word-similarity/EN-MEN-TR-3k.txt",
+    "WS-353=word-similarity/EN-WS-353-ALL.txt",
+    "SimLex-999=word-similarity/EN-SIMLEX-999.txt",
+]
 
 
 def correlations(nlp, pairs: List[List[str]]) -> Dict[str, float]:
@@ -30,12 +35,17 @@ def correlations(nlp, pairs: List[List[str]]) -> Dict[str, float]:
     mixes = compared_mixes(layers[words[0]].shape[0])
     vectors = {w: representations(layers[w][:, 0], mixes) for w in words}
     gold = [float(score) for _, _, score in pairs]
-    return {kind: float(spearmanr([cosine(vectors[a][kind], vectors[b][kind]) for a, b, _ in pairs], gold).correlation) for kind in vectors[words[0]]}
+    return {
+        kind: float(spearmanr([cosine(vectors[a][kind], vectors[b][kind]) for a, b, _ in pairs], gold).correlation)
+        for kind in vectors[words[0]]
+    }
 
 
-def main(elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
-         data: Path = typer.Option(..., help="The shared data folder."),
-         sets: List[str] = typer.Option(SETS, help="NAME=FILE in DATA: the word-pair sets.")) -> None:
+def main(
+    elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
+    data: Path = typer.Option(..., help="The shared data folder."),
+    sets: List[str] = typer.Option(SETS, help="NAME=FILE in DATA: the word-pair sets."),
+) -> None:
     """Spearman correlation of cosine similarity with human judgements, each word embedded alone."""
     import spacy
 
@@ -44,7 +54,9 @@ def main(elmo: Path = typer.Option(..., help="The pipeline from training.downstr
     for name, sep, filename in (item.partition("=") for item in sets):
         if not sep:
             raise typer.BadParameter(f"--sets takes NAME=FILE, got {name!r}.")
-        pairs = [line.split("\t") for line in (data / filename).read_text(encoding="utf-8").splitlines() if line.strip()]
+        pairs = [
+            line.split("\t") for line in (data / filename).read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
         result[name] = {"pairs": len(pairs), **correlations(nlp, pairs)}
     save_metrics("similarity", result)
     typer.echo(json.dumps(result, indent=2))

@@ -7,6 +7,7 @@ metrics/downstream/TASK-SIZE-VARIANT.json, with the layer weights the +ELMo mode
 upos: UPOS accuracy with 1%, 10% or 100% of the training sentences; ner: entity F1. The baseline
 and +ELMo runs of a (task, size) have the same training budget (BUDGETS).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,9 @@ TASKS = {"upos": Task("tagger", "tag_acc", "upos-train-{size}.spacy"), "ner": Ta
 
 
 def main(
-    task: str, size: int, variant: str,
+    task: str,
+    size: int,
+    variant: str,
     data: Path = typer.Option(..., help="Output of training.downstream.data."),
     elmo: Optional[Path] = typer.Option(None, help="The pipeline from training.downstream.pipeline (+ELMo runs)."),
     runs: Path = typer.Option(Path("runs/downstream")),
@@ -46,7 +49,9 @@ def main(
     """spacy train one configuration (once per seed), then spacy evaluate each model on the test split.
     A seed whose model and test scores exist already is not trained again."""
     if (task, size) not in BUDGETS or variant not in VARIANTS:
-        raise typer.BadParameter(f"unknown run {task} {size} {variant}; choose from {sorted(BUDGETS)} x {'|'.join(VARIANTS)}.")
+        raise typer.BadParameter(
+            f"unknown run {task} {size} {variant}; choose from {sorted(BUDGETS)} x {'|'.join(VARIANTS)}."
+        )
     if variant == "elmo" and elmo is None:
         raise typer.BadParameter("+ELMo runs need --elmo PIPELINE.")
     if seeds < 1:
@@ -54,9 +59,17 @@ def main(
     name = f"{task}-{size}-{variant}"
     per_seed = [_train_seed(task, size, variant, data, elmo, runs, seed) for seed in range(seeds)]
     test_scores = [scores[TASKS[task].score] for scores, _ in per_seed]
-    result = {"task": task, "size": size, "variant": variant, "max_steps": BUDGETS[(task, size)][0],
-              "score": float(np.mean(test_scores)), "score_std": float(np.std(test_scores, ddof=1)) if seeds > 1 else 0.0,
-              "seed_scores": test_scores, "train_minutes": [minutes for _, minutes in per_seed], "scores": per_seed[0][0]}
+    result = {
+        "task": task,
+        "size": size,
+        "variant": variant,
+        "max_steps": BUDGETS[(task, size)][0],
+        "score": float(np.mean(test_scores)),
+        "score_std": float(np.std(test_scores, ddof=1)) if seeds > 1 else 0.0,
+        "seed_scores": test_scores,
+        "train_minutes": [minutes for _, minutes in per_seed],
+        "scores": per_seed[0][0],
+    }
     if variant == "elmo":
         mixes = [learned_mix(_run_dir(runs, name, seed) / "model-best") for seed in range(seeds)]
         result["layer_weights"] = [float(w) for w in np.mean([weights for weights, _ in mixes], axis=0)]
@@ -69,7 +82,9 @@ def _run_dir(runs: Path, name: str, seed: int) -> Path:
     return runs / (name if seed == 0 else f"{name}-seed{seed}")
 
 
-def _train_seed(task: str, size: int, variant: str, data: Path, elmo: Optional[Path], runs: Path, seed: int) -> Tuple[Dict, Optional[float]]:
+def _train_seed(
+    task: str, size: int, variant: str, data: Path, elmo: Optional[Path], runs: Path, seed: int
+) -> Tuple[Dict, Optional[float]]:
     """(spacy evaluate's test scores, training minutes or None when reused) of one seed."""
     name = f"{task}-{size}-{variant}"
     output, scores_path = _run_dir(runs, name, seed), METRICS / "seeds" / f"{name}-seed{seed}.test.json"
@@ -77,11 +92,31 @@ def _train_seed(task: str, size: int, variant: str, data: Path, elmo: Optional[P
     if not (scores_path.exists() and (output / "model-best").exists()):
         config = CONFIGS / f"{task}-{variant}.cfg"
         started = time.time()
-        subprocess.run([sys.executable, "-m", "spacy", "train", str(config), "--output", str(output),
-                        *_overrides(task, size, variant, data, elmo, seed)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "spacy",
+                "train",
+                str(config),
+                "--output",
+                str(output),
+                *_overrides(task, size, variant, data, elmo, seed),
+            ],
+            check=True,
+        )
         minutes = (time.time() - started) / 60
         scores_path.parent.mkdir(parents=True, exist_ok=True)
-        evaluate = [sys.executable, "-m", "spacy", "evaluate", str(output / "model-best"), str(data / f"{task}-test.spacy"), "--output", str(scores_path)]
+        evaluate = [
+            sys.executable,
+            "-m",
+            "spacy",
+            "evaluate",
+            str(output / "model-best"),
+            str(data / f"{task}-test.spacy"),
+            "--output",
+            str(scores_path),
+        ]
         subprocess.run(evaluate, check=True)
     return json.loads(scores_path.read_text()), minutes
 
@@ -93,12 +128,27 @@ def _overrides(task: str, size: int, variant: str, data: Path, elmo: Optional[Pa
     steps, frequency = BUDGETS[(task, size)]
     train_file = data / TASKS[task].train_file.format(size=size)
     overrides = [
-        "--paths.train", str(train_file), "--paths.dev", str(data / f"{task}-dev.spacy"), "--system.seed", str(seed),
-        "--training.max_steps", str(steps), "--training.eval_frequency", str(frequency), "--training.patience", str(steps),
+        "--paths.train",
+        str(train_file),
+        "--paths.dev",
+        str(data / f"{task}-dev.spacy"),
+        "--system.seed",
+        str(seed),
+        "--training.max_steps",
+        str(steps),
+        "--training.eval_frequency",
+        str(frequency),
+        "--training.patience",
+        str(steps),
     ]
     if variant == "elmo":
         width = spacy.load(elmo).get_pipe("elmo").bilm.config.output_dim
-        overrides += ["--paths.elmo", str(elmo), f"--components.{TASKS[task].component}.model.tok2vec.embed.mix.width", str(width)]
+        overrides += [
+            "--paths.elmo",
+            str(elmo),
+            f"--components.{TASKS[task].component}.model.tok2vec.embed.mix.width",
+            str(width),
+        ]
     return overrides
 
 

@@ -1,6 +1,7 @@
 """The ELMo vectors that WiC and word similarity compare: every layer of a word, read in its
 sentence or alone between <S> and </S>, and mixes of the layers (the average, and the mix each
 task learned in training.downstream.tasks)."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def representations(layers: np.ndarray, mixes: Dict[str, MixSettings]) -> Dict[s
     """One word's layers (L+1, 2P) -> the vectors compared (2P,): each layer alone, and each mix."""
     out = {f"layer {j}": layers[j] for j in range(layers.shape[0])}
     for name, mix in mixes.items():
-        out[name] = mix_layers(layers[:, None], mix.as_dict())[0]
+        out[name] = mix_layers(layers[:, None], mix)[0]
     return out
 
 

@@ -8,6 +8,7 @@ The files are given relative to --data, with ``{split}`` for dev and test: examp
 (``word<TAB>pos<TAB>i-j<TAB>first sentence<TAB>second sentence``, tokens split on spaces) and gold
 labels (T or F per line).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -46,10 +47,12 @@ def similarities(nlp, examples: List[Example]) -> Dict[str, List[float]]:
     return per_name
 
 
-def main(elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
-         data: Path = typer.Option(..., help="The shared data folder."),
-         examples: str = typer.Option("wic/{split}.data.txt", help="The WiC examples in DATA, {split}: dev, test."),
-         gold: str = typer.Option("wic/{split}.gold.txt", help="Their gold labels in DATA.")) -> None:
+def main(
+    elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
+    data: Path = typer.Option(..., help="The shared data folder."),
+    examples: str = typer.Option("wic/{split}.data.txt", help="The WiC examples in DATA, {split}: dev, test."),
+    gold: str = typer.Option("wic/{split}.gold.txt", help="Their gold labels in DATA."),
+) -> None:
     """WiC accuracy from ELMo alone: same sense when the target's vectors are more similar than a
     threshold tuned on dev; per layer and per mix."""
     import spacy
@@ -63,8 +66,11 @@ def main(elmo: Path = typer.Option(..., help="The pipeline from training.downstr
     for name, dev_scores in scores["dev"].items():
         threshold = _best_threshold(np.array(dev_scores), np.array(golds["dev"]))
         test = np.array(scores["test"][name]) >= threshold
-        result[name] = {"threshold": threshold, "dev_accuracy": float(((np.array(dev_scores) >= threshold) == np.array(golds["dev"])).mean()),
-                        "test_accuracy": float((test == np.array(golds["test"])).mean())}
+        result[name] = {
+            "threshold": threshold,
+            "dev_accuracy": float(((np.array(dev_scores) >= threshold) == np.array(golds["dev"])).mean()),
+            "test_accuracy": float((test == np.array(golds["test"])).mean()),
+        }
     save_metrics("wic", result)
     for name, accuracy in result.items():
         typer.echo(f"WiC {name}: test accuracy {accuracy['test_accuracy']:.3f}")

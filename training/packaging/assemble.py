@@ -5,6 +5,7 @@ sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` com
 
 training.downstream.pipeline assembles the pipeline its task models train with here too.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,15 @@ import typer
 from spacy_elmo.pipeline import assemble_pipeline
 
 
-def assemble(weights: Path, output: Path, lang: str = "en", name: str = "elmo", version: str = "0.0.1", perplexity: Optional[Path] = None,
-             elmo_config: Optional[Dict[str, Any]] = None):
+def assemble(
+    weights: Path,
+    output: Path,
+    lang: str = "en",
+    name: str = "elmo",
+    version: str = "0.0.1",
+    perplexity: Optional[Path] = None,
+    elmo_config: Optional[Dict[str, Any]] = None,
+):
     """The pipeline, saved to ``output``; ``perplexity``: the evaluate step's JSON, recorded in
     meta.json; ``elmo_config``: more settings of the elmo component."""
     meta = {"description": f"ELMo contextual vectors from a biLM pretrained with spacy-elmo ({weights})."}

@@ -11,8 +11,10 @@ The words and sentence pairs come from a table per language (the pipeline's ``la
 language without one, the most frequent content words of the reference text stand in and there
 are no sentence pairs.
 
-    python -m training.packaging.demo packages/ --name en_elmo_sample --corpus corpus/test --top-up corpus/train --output metrics/demo.txt
+    python -m training.packaging.demo packages/ --name en_elmo_sample --corpus corpus/test \
+        --top-up corpus/train --output metrics/demo.txt
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +44,26 @@ class DemoText(NamedTuple):
 
 DEMO_TEXT: Dict[str, DemoText] = {
     "en": DemoText(
-        ["play", "bank", "state", "party", "power", "right", "field", "light", "court", "order", "record", "plant", "interest", "match", "lead", "fire", "case", "spring"],
+        [
+            "play",
+            "bank",
+            "state",
+            "party",
+            "power",
+            "right",
+            "field",
+            "light",
+            "court",
+            "order",
+            "record",
+            "plant",
+            "interest",
+            "match",
+            "lead",
+            "fire",
+            "case",
+            "spring",
+        ],
         [
             ("The bank raised its interest rates.", "The central bank cut rates again."),
             ("We walked along the bank of the river.", "The bank raised its interest rates."),
@@ -58,14 +79,37 @@ DEMO_TEXT: Dict[str, DemoText] = {
     # jar, onion / bow. spaCy's Bulgarian tokenizer keeps "стил." and "текст." whole (abbreviations),
     # so no pair ends with them.
     "bg": DemoText(
-        ["страна", "ред", "стил", "право", "страни", "време", "език", "връзка", "точка", "свят", "карти", "глава", "коса", "ключ", "банка", "лук"],
+        [
+            "страна",
+            "ред",
+            "стил",
+            "право",
+            "страни",
+            "време",
+            "език",
+            "връзка",
+            "точка",
+            "свят",
+            "карти",
+            "глава",
+            "коса",
+            "ключ",
+            "банка",
+            "лук",
+        ],
         [
             ("България е малка страна в Европа.", "Гърция е малка страна на Балканите."),
             ("България е малка страна в Европа.", "От друга страна, статията е твърде кратка."),
             ("Имената са подредени по азбучен ред.", "Статиите в категорията са по азбучен ред."),
             ("Имената са подредени по азбучен ред.", "Под картинката има само един ред текст и таблица."),
-            ("Статиите трябва да са написани в енциклопедичен стил и на български език.", "Авторът пише в лек и приятен стил, без чуждици."),
-            ("Статиите трябва да са написани в енциклопедичен стил и на български език.", "В България календарът по нов стил е въведен през 1916 година."),
+            (
+                "Статиите трябва да са написани в енциклопедичен стил и на български език.",
+                "Авторът пише в лек и приятен стил, без чуждици.",
+            ),
+            (
+                "Статиите трябва да са написани в енциклопедичен стил и на български език.",
+                "В България календарът по нов стил е въведен през 1916 година.",
+            ),
         ],
     ),
 }
@@ -80,12 +124,16 @@ def load_packaged(packages: Path, name: str):
     if not wheels:
         raise SystemExit(f"No wheel for {name} under {packages}: run the package step first.")
     target = tempfile.mkdtemp(prefix="elmo-demo-")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, str(wheels[-1])], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, str(wheels[-1])], check=True
+    )
     sys.path.insert(0, target)
     return spacy.load(name), wheels[-1]
 
 
-def reference_sentences(corpus: Path, top_up: Optional[Path], max_sentences: int, min_tokens: int) -> Tuple[List[List[str]], int]:
+def reference_sentences(
+    corpus: Path, top_up: Optional[Path], max_sentences: int, min_tokens: int
+) -> Tuple[List[List[str]], int]:
     """The sentences of 3 to 60 tokens among the first ``max_sentences`` held-out ones, then, while
     they hold fewer than ``min_tokens`` tokens, sentences from ``top_up``; and how many are held out."""
     sentences = [s for _, s in zip(range(max_sentences), read_sentences(corpus)) if 3 <= len(s) <= 60]
@@ -120,8 +168,10 @@ def reference_summary(sentences: List[List[str]], held_out: int, min_tokens: int
     if held_out == len(sentences):
         return f"Reference: {total:,} tokens of held-out sentences."
     kept = sum(map(len, sentences[:held_out]))
-    return (f"Reference: {total:,} tokens: {kept:,} of held-out sentences (fewer than {min_tokens:,}), "
-            f"topped up with {total - kept:,} of training sentences.")
+    return (
+        f"Reference: {total:,} tokens: {kept:,} of held-out sentences (fewer than {min_tokens:,}), "
+        f"topped up with {total - kept:,} of training sentences."
+    )
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:
@@ -152,7 +202,9 @@ def frequent_content_words(labels: List[Tuple[str, str]], stop_words, n: int) ->
     return [word for word, _ in counts.most_common(n)]
 
 
-def polysemy_report(mixed, static, labels, k: int, n_words: int, candidates: Sequence[str], reference: str) -> List[str]:
+def polysemy_report(
+    mixed, static, labels, k: int, n_words: int, candidates: Sequence[str], reference: str
+) -> List[str]:
     lines = []
     occurrences = {}
     for position, (word, sentence) in enumerate(labels):
@@ -163,12 +215,16 @@ def polysemy_report(mixed, static, labels, k: int, n_words: int, candidates: Seq
         contexts = list(occurrences[word].items())[:2]
         lines.append(f"== '{word}': nearest tokens of {reference}, by vector ==")
         first_position = contexts[0][1]
-        lines.append("  layer 0 (context-free; the same in every context): " + ", ".join(
-            f"{w} ({s:.3f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)))
+        lines.append(
+            "  layer 0 (context-free; the same in every context): "
+            + ", ".join(
+                f"{w} ({s:.3f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)
+            )
+        )
         for sentence, position in contexts:
-            lines.append(f"  ELMo in: \"{snippet(sentence, word)}\"")
+            lines.append(f'  ELMo in: "{snippet(sentence, word)}"')
             for score, neighbour, other in neighbours(mixed[position], mixed, labels, sentence, k):
-                lines.append(f"      {score:.3f}  {neighbour:<14} \"{snippet(other, neighbour)}\"")
+                lines.append(f'      {score:.3f}  {neighbour:<14} "{snippet(other, neighbour)}"')
         lines.append("")
     if not chosen:
         lines.append("(no polysemous word from the list occurs twice in the reference sentences)")
@@ -178,7 +234,7 @@ def polysemy_report(mixed, static, labels, k: int, n_words: int, candidates: Seq
 def similarity_report(nlp, pairs: Sequence[Tuple[str, str]]) -> List[str]:
     lines = ["== sentence similarities (Doc.similarity: cosine of ELMo sentence vectors) =="]
     for first, second in pairs:
-        lines.append(f"  {nlp(first).similarity(nlp(second)):.3f}  \"{first}\" ~ \"{second}\"")
+        lines.append(f'  {nlp(first).similarity(nlp(second)):.3f}  "{first}" ~ "{second}"')
     return lines
 
 
@@ -186,10 +242,13 @@ def word_and_sentence_report(nlp, mixed, static, labels, k: int, n_words: int, r
     """Polysemous words and sentence pairs from the language's table; without one, frequent words."""
     table = DEMO_TEXT.get(nlp.lang)
     if table is not None:
-        return polysemy_report(mixed, static, labels, k, n_words, table.polysemous, reference) + similarity_report(nlp, table.pairs)
+        return polysemy_report(mixed, static, labels, k, n_words, table.polysemous, reference) + similarity_report(
+            nlp, table.pairs
+        )
     words = frequent_content_words(labels, nlp.Defaults.stop_words, 50)
     return [
-        f"(no word list for language '{nlp.lang}' in training/packaging/demo.py DEMO_TEXT: showing the most frequent content words of the reference text)",
+        f"(no word list for language '{nlp.lang}' in training/packaging/demo.py DEMO_TEXT: showing the most frequent "
+        "content words of the reference text)",
         "",
         *polysemy_report(mixed, static, labels, k, n_words, words, reference),
         f"(no sentence pairs for language '{nlp.lang}': add them to DEMO_TEXT in training/packaging/demo.py)",
@@ -200,8 +259,12 @@ def main(
     packages: Path = typer.Argument(..., help="The package step's output directory."),
     name: str = typer.Option(..., help="The package name, e.g. en_elmo_sample."),
     corpus: Path = typer.Option(..., help="Held-out shards for the neighbour search (corpus/test)."),
-    top_up: Optional[Path] = typer.Option(None, help="Training shards (corpus/train) to add while the held-out text is smaller than --min-tokens."),
-    min_tokens: int = typer.Option(MIN_REFERENCE_TOKENS, help="With --top-up: add training sentences until the reference has this many tokens."),
+    top_up: Optional[Path] = typer.Option(
+        None, help="Training shards (corpus/train) to add while the held-out text is smaller than --min-tokens."
+    ),
+    min_tokens: int = typer.Option(
+        MIN_REFERENCE_TOKENS, help="With --top-up: add training sentences until the reference has this many tokens."
+    ),
     max_sentences: int = typer.Option(2000),
     neighbours_k: int = typer.Option(5, "--neighbours"),
     words: int = typer.Option(2, help="How many polysemous words to show."),
@@ -213,7 +276,8 @@ def main(
     if perplexity and perplexity.is_file():
         scores = json.loads(perplexity.read_text())
         report.append(
-            f"Its biLM: test perplexity {scores['perplexity']:.1f} (a unigram model: {scores['unigram_perplexity']:.1f}). "
+            f"Its biLM: test perplexity {scores['perplexity']:.1f} (a unigram model: "
+            f"{scores['unigram_perplexity']:.1f}). "
             "Neighbours grow sharper with training: the `full` workflow, or more text."
         )
     report.append("")
