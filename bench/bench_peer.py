@@ -186,11 +186,11 @@ def machine(threads: int) -> str:
     return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
 
 
-def run_all(peer: Path, threads: int) -> dict:
+def run_all(peer: Path, threads: int, workloads: list = WORKLOADS) -> dict:
     weights = converted_weights(peer)
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
-    for workload in WORKLOADS:
+    for workload in workloads:
         sentences_file = OUT / f"peer-{workload.split()[0].replace(',', '')}.json"
         sentences_file.write_text(json.dumps(workload_sentences(workload)))
         repeats = REPEATS.get(workload, 5)
@@ -215,6 +215,7 @@ def run_all(peer: Path, threads: int) -> dict:
                 "ours": mine,
                 "peer": theirs,
                 "ratio": mine["words_per_s"] / theirs["words_per_s"],
+                "measured": time.strftime("%Y-%m-%d %H:%M"),
             }
             rows.append(row)
             print(
@@ -223,6 +224,22 @@ def run_all(peer: Path, threads: int) -> dict:
                 flush=True,
             )
     return {"machine": machine(threads), "date": time.strftime("%Y-%m-%d"), "roof": gemm_roof(threads), "rows": rows}
+
+
+def rerun(peer: Path, threads: int, workloads: list) -> dict:
+    """The last report with the rows of ``workloads`` measured again (each row's two sides still
+    run back to back; a row says when)."""
+    by_count = {w.split()[0].replace(",", ""): w for w in WORKLOADS}
+    unknown = [w for w in workloads if w not in by_count]
+    if unknown:
+        raise SystemExit(f"Unknown workloads {unknown}; choose sentence counts from {list(by_count)}.")
+    workloads = [by_count[w] for w in workloads]
+    previous = json.loads((RESULTS / "peer-cpu.json").read_text())
+    fresh = run_all(peer, threads, workloads)
+    kept = {(r["workload"], r["precision"], r["cache"]): r for r in previous["rows"]}
+    kept.update({(r["workload"], r["precision"], r["cache"]): r for r in fresh["rows"]})
+    order = [(w, p, c) for w in WORKLOADS for p, c in (("fp32", "off"), ("fp32", "warm"), ("bf16", "off"))]
+    return {**fresh, "rows": [kept[key] for key in order if key in kept]}
 
 
 def write_outputs(report: dict) -> None:
@@ -264,7 +281,8 @@ def update_markdown(report: dict) -> None:
         "../shared/tools/peer-allennlp, converted for ours; ours is the `elmo` component through `nlp.pipe` "
         "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
-        "sentences) after a warm-up, each configuration in its own process. Command: "
+        "sentences) after a warm-up, each configuration in its own process; a row's two sides run back to back "
+        f"(rows measured {_measured_span(report)}). Command: "
         '`python bench/bench_bilm.py --peer PEER_DIR`. bf16 rows (`precision = "bf16"`, opt-in) are compared '
         "with the peer's fp32 and carry their error against our fp32 on the same sentences, per layer: max abs "
         "difference (and the largest fp32 value) / lowest cosine of a token's two vectors.",
@@ -298,10 +316,20 @@ def update_markdown(report: dict) -> None:
     write_section("bench_peer:cpu", lines)
 
 
+def _measured_span(report: dict) -> str:
+    times = sorted(r.get("measured", report["date"]) for r in report["rows"])
+    return times[0] if times[0] == times[-1] else f"{times[0]} to {times[-1]}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("peer", nargs="?", help="the folder setup.sh built (venv/ and full/)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--workloads",
+        nargs="+",
+        help="rerun only these sentence counts (e.g. 1000 64), replacing their rows in bench/results/peer-cpu.json",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -311,7 +339,10 @@ def main() -> None:
         raise SystemExit(
             "Give the peer's folder: bash ../shared/tools/peer-allennlp/setup.sh PEER_DIR, then PEER_DIR here."
         )
-    write_outputs(run_all(Path(args.peer), args.threads))
+    if args.workloads:
+        write_outputs(rerun(Path(args.peer), args.threads, args.workloads))
+    else:
+        write_outputs(run_all(Path(args.peer), args.threads))
     print("Wrote BENCHMARKS.md and bench/results/peer-cpu.json/.png")
 
 
