@@ -3,13 +3,12 @@
 Sentences arrive packed, one after another: x (N, I) with B lengths. For inference they stream
 through a fixed number of *lanes* (continuous batching): each lane runs one sentence after another,
 its state reset to the sentence's start state whenever a new one begins, so little compute is spent
-on padding. Lanes are grouped into chunks of a fixed width, and every kernel sees only fixed
-shapes, so a sentence's result is bitwise the same whatever else is in the batch
-(see ``batch_invariant``). Two inference runners share the plan:
+on padding. A sentence's result is bitwise the same whatever else is in the batch: its matmul rows
+go through kernels whose rows do not depend on the row count (oneDNN in fp32 on CPU, see
+``onednn``) or through fixed shapes (``batch_invariant``). Two inference runners share the plan:
 
-- ``run_step_loop``: the exact step loop (cell and projection clipping, carried state), laid out
-  feature-major: ``W @ h`` with h (P, lanes). Keeping the large weight on the left is also the
-  fastest GEMM layout for narrow chunks on CPU.
+- ``run_step_loop``: the exact step loop (cell and projection clipping, carried state), token-major:
+  h (lanes, P), c (lanes, H); each step's matmuls take the chunk's lanes still at work.
 - ``run_fused_blocks``: torch's fused LSTM kernel (as in ``nn.LSTM(proj_size=...)``; cuDNN on GPU)
   for unclipped layers, on blocks of (lanes, steps); sentences start at block boundaries.
 
