@@ -112,7 +112,7 @@ def mixed(doc: Doc, indices: Indices) -> np.ndarray:
     if store == "layers":
         return mix_layers(np.asarray(doc._.elmo_data[:, indices], dtype=np.float32), mix_of(doc))
     source = doc._.elmo_vectors if store == "mix" else doc.tensor
-    return np.asarray(source[indices], dtype=np.float32)
+    return np.array(source[indices], dtype=np.float32)  # a copy: changing it leaves the doc alone
 
 
 def stored_layers(doc: Doc) -> np.ndarray:
