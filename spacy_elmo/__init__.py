@@ -1,6 +1,6 @@
 """spacy-elmo: ELMo deep contextualized word representations for spaCy."""
 
-from .attributes import install_vector_hooks
+from .attributes import install_vector_hooks, register_extensions
 from .batch_invariant import Blocking
 from .bilm import BiLM, BiLMOutput
 from .component import Elmo
@@ -14,6 +14,10 @@ from .task_mix import ElmoEmbed, ElmoTok2Vec, TaskMix
 from .weights import WeightsError, import_original, load_bilm, save_bilm
 
 __version__ = "0.1.0"
+
+# On import, not only when a component is built: docs rebuilt from bytes in another process
+# (DocBin, Doc.from_bytes, nlp.pipe(n_process=...)) read their ELMo data through these.
+register_extensions()
 
 __all__ = [
     "BiLM",

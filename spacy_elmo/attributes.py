@@ -1,43 +1,39 @@
 """What users read off a Doc: the ELMo extensions and the vector hooks.
 
-The ``elmo`` component stores every layer of every token in ``doc._.elmo_data`` (L+1, n, 2P) and
-its mix in ``doc._.elmo_mix``; everything else is computed from them on access:
+The ``elmo`` component keeps what its ``store`` setting says (see ``storage``: every layer in
+``doc._.elmo_data`` (L+1, n, 2P), or only the mixed vectors) and its mix in ``doc._.elmo_mix``;
+everything else is computed from them on access, as float32:
 
-- ``token._.elmo_layers`` (L+1, 2P); ``token._.elmo`` (2P,): gamma * sum_j w_j * h_j, each layer's
-  vector first standardized per token when ``layer_norm`` is on (``mix_layers``).
+- ``token._.elmo_layers`` (L+1, 2P), with the "layers" store only; ``token._.elmo`` (2P,):
+  gamma * sum_j w_j * h_j, each layer's vector first standardized per token when ``layer_norm``
+  is on (``mix_settings.mix_layers``).
 - ``span._.elmo``, ``doc._.elmo`` (2P,): the tokens' mixed vectors pooled (mean or max) over the
   tokens that are not whitespace (whitespace tokens are not shown to the biLM; they get zeros).
 - vector hooks: ``token.vector``, ``span.vector``, ``doc.vector``, ``has_vector``, ``vector_norm``
   and ``.similarity`` (cosine) backed by the above. The hooks are module-level functions, so docs
   pickle; ``install_vector_hooks(doc)`` puts them back on docs rebuilt from bytes.
+
+The extensions are registered when ``spacy_elmo`` is imported, so that a fresh process can read
+docs rebuilt from bytes: ``import spacy_elmo; spacy_elmo.install_vector_hooks(doc)``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
-from .mix_settings import MixSettings
-
-
-def mix_layers(layers: np.ndarray, mix: MixSettings) -> np.ndarray:
-    """(L+1, n, 2P) -> (n, 2P): gamma * sum_j w_j * norm(layers[j]), where norm standardizes each
-    token's vector of each layer (zero mean, unit variance over its 2P features) when
-    ``layer_norm`` is on, so that no layer outweighs the others by sheer scale; otherwise identity."""
-    if mix.layer_norm:
-        mean = layers.mean(axis=-1, keepdims=True, dtype=np.float64)
-        std = layers.std(axis=-1, keepdims=True, dtype=np.float64)
-        layers = ((layers - mean) / (std + 1e-6)).astype(np.float32)
-    weights = np.asarray(mix.layer_weights, dtype=np.float32) * np.float32(mix.gamma)
-    return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)
+from .storage import kept, mix_of, mixed, stored_layers, width
 
 
 def register_extensions() -> None:
-    """Add the extensions (once; an existing extension of the same name is left alone)."""
+    """Add the extensions. Idempotent: an extension of the same name that exists (ours, or a
+    user's own) is left alone, never redefined with ``force``, and no doc's data is touched."""
     for cls, name, kwargs in (
         (Doc, "elmo_data", {"default": None}),
+        (Doc, "elmo_vectors", {"default": None}),
         (Doc, "elmo_mix", {"default": None}),
         (Doc, "elmo", {"getter": doc_elmo}),
         (Span, "elmo", {"getter": span_elmo}),
@@ -48,29 +44,12 @@ def register_extensions() -> None:
             cls.set_extension(name, **kwargs)
 
 
-def _data(doc: Doc) -> np.ndarray:
-    layers = doc._.elmo_data
-    if layers is None:
-        raise ValueError(
-            "This Doc has no ELMo layers: run it through a pipeline with the 'elmo' component "
-            "(nlp.add_pipe('elmo', ...)), or keep user data when serializing it."
-        )
-    return layers
-
-
-def _mix(doc: Doc, layers: np.ndarray) -> MixSettings:
-    """The mix the component stored on the doc (as a dict), else the average of the layers."""
-    stored = doc._.elmo_mix
-    return MixSettings.from_dict(stored) if stored else MixSettings.average(layers.shape[0])
-
-
 def token_elmo_layers(token: Token) -> np.ndarray:
-    return _data(token.doc)[:, token.i]
+    return np.asarray(stored_layers(token.doc)[:, token.i], dtype=np.float32)
 
 
 def token_elmo(token: Token) -> np.ndarray:
-    layers = _data(token.doc)
-    return mix_layers(layers[:, token.i : token.i + 1], _mix(token.doc, layers))[0]
+    return mixed(token.doc, slice(token.i, token.i + 1))[0]
 
 
 def span_elmo(span: Span) -> np.ndarray:
@@ -82,12 +61,10 @@ def doc_elmo(doc: Doc) -> np.ndarray:
 
 
 def _pooled(doc: Doc, start: int, end: int) -> np.ndarray:
-    layers = _data(doc)
-    mix = _mix(doc, layers)
     keep = [i for i in range(start, end) if not doc[i].is_space]
     if not keep:
-        return np.zeros(layers.shape[-1], dtype=np.float32)
-    return mix.pool(mix_layers(layers[:, keep], mix))
+        return np.zeros(width(doc), dtype=np.float32)
+    return mix_of(doc).pool(mixed(doc, keep))
 
 
 # --- vector hooks -------------------------------------------------------------------------------
@@ -96,6 +73,7 @@ def _pooled(doc: Doc, start: int, end: int) -> np.ndarray:
 def install_vector_hooks(doc: Doc) -> Doc:
     """Make ``vector``, ``has_vector``, ``vector_norm`` and ``similarity`` of the doc, its spans and
     tokens use ELMo. (No span ``vector_norm`` hook: spaCy computes that one from the vector.)"""
+    _quiet_unsaved_hooks_warning()
     doc.user_hooks.update(vector=doc_elmo, has_vector=_doc_has_vector, vector_norm=_norm, similarity=_similarity)
     doc.user_span_hooks.update(vector=span_elmo, has_vector=_span_has_vector, similarity=_similarity)
     doc.user_token_hooks.update(
@@ -104,16 +82,33 @@ def install_vector_hooks(doc: Doc) -> Doc:
     return doc
 
 
+# spaCy warns (W109) on every Doc.to_bytes of a doc with user hooks that they are not saved. For
+# ours that is expected: what they read is saved (user data, doc.tensor) and install_vector_hooks
+# puts them back. spaCy's only per-call switch, to_bytes(exclude=["user_hooks"]), is not passed by
+# the callers that matter (nlp.pipe(n_process=...) serializes every doc in its workers), so we use
+# the mechanism spaCy documents for its warnings, a filter on the code, added the first time this
+# process puts ELMo hooks on a doc: a process that never does keeps the warning. (Added only when
+# missing: every change to the filters resets which warnings were already shown.)
+_UNSAVED_HOOKS = r"\[W109\]"
+
+
+def _quiet_unsaved_hooks_warning() -> None:
+    for action, message, *_ in warnings.filters:
+        if action == "ignore" and message is not None and message.pattern == _UNSAVED_HOOKS:
+            return
+    warnings.filterwarnings("ignore", message=_UNSAVED_HOOKS, category=UserWarning)
+
+
 def _token_has_vector(token: Token) -> bool:
-    return token.doc._.elmo_data is not None and not token.is_space
+    return kept(token.doc) is not None and not token.is_space
 
 
 def _span_has_vector(span: Span) -> bool:
-    return any(_token_has_vector(token) for token in span)
+    return kept(span.doc) is not None and any(not token.is_space for token in span)
 
 
 def _doc_has_vector(doc: Doc) -> bool:
-    return any(_token_has_vector(token) for token in doc)
+    return kept(doc) is not None and any(not token.is_space for token in doc)
 
 
 def _norm(obj: Any) -> float:

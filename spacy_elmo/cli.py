@@ -130,8 +130,16 @@ def embed(
     input_file: Path = typer.Argument(..., help="UTF-8 text, one sentence or paragraph per line."),
     output_file: Path = typer.Argument(..., help="HDF5 file to write: a dataset per line + sentence_to_index."),
     pipeline: str = typer.Option(
-        ..., "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."
+        None, "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."
     ),
+    weights: str = typer.Option(
+        None,
+        "--weights",
+        "-w",
+        help="Instead of --pipeline: biLM weights (a native biLM directory, a catalogue name, see `models`, or "
+        "a URL), read by blank(--lang) + sentencizer + elmo.",
+    ),
+    lang: str = typer.Option(None, "--lang", help="With --weights: the spaCy language that tokenizes (default: en)."),
     layers: str = typer.Option(
         "all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."
     ),
@@ -148,8 +156,9 @@ def embed(
     shard_lines: int = typer.Option(
         10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."
     ),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="The GPU to run on (spacy.require_gpu); -1: the CPU."),
 ) -> None:
-    """Embed every line of a text file with an ELMo pipeline into HDF5.
+    """Embed every line of a text file with an ELMo pipeline, or with biLM weights alone, into HDF5.
 
     Shards are written to OUTPUT.shards/ as they finish; after a kill, the same command computes only
     the missing ones. The merged file equals a single-process run."""
@@ -158,10 +167,18 @@ def embed(
 
     try:
         settings = EmbedSettings(
-            pipeline, layers, tokenized, batch_size, precision and check_precision(precision), shard_lines
+            pipeline=pipeline,
+            weights=weights,
+            lang=lang,
+            layers=layers,
+            tokenized=tokenized,
+            batch_size=batch_size,
+            precision=precision and check_precision(precision),
+            shard_lines=shard_lines,
+            gpu_id=gpu_id,
         )
         count = embed_corpus(input_file, output_file, settings, processes=processes)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, ImportError) as err:
         msg.fail("Embedding failed", str(err), exits=1)
     msg.good(f"Wrote {count} lines to {output_file}")
 

@@ -9,7 +9,8 @@ The biLM sees one sentence at a time (with ``<S>``/``</S>``) when sentence bound
 otherwise windows of at most ``max_sentence_length`` tokens; whitespace tokens are left out of its
 input and get zero vectors. ``nlp.pipe`` sorts the sentences of a batch of docs by length and runs
 them in batches of at most ``max_batch_tokens`` tokens, so memory stays bounded whatever the doc
-length. Results are set as described in ``attributes``.
+length. What a doc keeps is described in ``storage`` (the ``store`` and ``store_dtype``
+settings), what users read off it in ``attributes``.
 """
 
 import threading
@@ -26,12 +27,13 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, NumpyOps
 
-from .attributes import install_vector_hooks, mix_layers, register_extensions
+from .attributes import install_vector_hooks
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
 from .mix_settings import MixSettings, check_mix_settings
 from .model_cache import resolve_weights
 from .precision import check_precision
+from .storage import Storage
 from .weights import load_bilm
 
 DEFAULT_MODEL = Config().from_str(
@@ -60,8 +62,10 @@ Segment = Tuple[int, np.ndarray]
         "max_batch_tokens": 4096,
         "sentence_cache_tokens": 0,
         "precision": "fp32",
+        "store": "layers",
+        "store_dtype": "float32",
     },
-    assigns=["doc._.elmo_data", "doc._.elmo_mix", "doc.tensor"],
+    assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc.tensor"],
 )
 def make_elmo(
     nlp: Language,
@@ -77,6 +81,8 @@ def make_elmo(
     max_batch_tokens: int,
     sentence_cache_tokens: int,
     precision: str,
+    store: str,
+    store_dtype: str,
 ) -> "Elmo":
     return Elmo(
         nlp.vocab,
@@ -92,6 +98,8 @@ def make_elmo(
         max_batch_tokens=max_batch_tokens,
         sentence_cache_tokens=sentence_cache_tokens,
         precision=precision,
+        store=store,
+        store_dtype=store_dtype,
     )
 
 
@@ -115,6 +123,8 @@ class Elmo(TrainablePipe):
         max_batch_tokens: int = 4096,
         sentence_cache_tokens: int = 0,
         precision: str = "fp32",
+        store: str = "layers",
+        store_dtype: str = "float32",
     ) -> None:
         for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
             if not isinstance(value, int) or value < 1:
@@ -123,7 +133,7 @@ class Elmo(TrainablePipe):
             raise ValueError(f"elmo: sentence_cache_tokens must be an integer >= 0, got {sentence_cache_tokens!r}.")
         check_mix_settings(layer_weights, gamma, pooling)
         check_precision(precision)
-        register_extensions()
+        Storage(store, store_dtype)
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -138,6 +148,8 @@ class Elmo(TrainablePipe):
             "max_batch_tokens": max_batch_tokens,
             "sentence_cache_tokens": sentence_cache_tokens,
             "precision": precision,
+            "store": store,
+            "store_dtype": store_dtype,
         }
         self._warned_update = False
         self._sentences = SentenceCache(sentence_cache_tokens)
@@ -217,13 +229,13 @@ class Elmo(TrainablePipe):
         return np.split(host, np.cumsum([part.shape[1] for part in layers])[:-1], axis=1)
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
-        mix = self.mix
+        """Keep each doc's layers (L+1, n, 2P) as the store settings say (see ``storage``)."""
+        mix, hooks = self.mix, self.cfg["set_vector_hooks"]
+        storage = Storage(self.cfg["store"], self.cfg["store_dtype"])
         for doc, doc_layers in zip(docs, layers):
-            doc._.elmo_data = doc_layers
-            doc._.elmo_mix = mix.as_dict()
-            if self.cfg["set_vector_hooks"]:
+            storage.keep(doc, doc_layers, mix, with_tensor=hooks)
+            if hooks:
                 install_vector_hooks(doc)
-                doc.tensor = mix_layers(doc_layers, mix)
 
     def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None) -> Dict[str, float]:
         """The biLM is frozen inside spaCy: nothing to update."""

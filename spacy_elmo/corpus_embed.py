@@ -1,6 +1,12 @@
 """A corpus at scale: embed a text file in shards, in several processes, resumable after a kill.
 
     python -m spacy_elmo embed corpus.txt vectors.hdf5 -p PIPELINE --processes 2 --shard-lines 5000
+    python -m spacy_elmo embed corpus.txt vectors.hdf5 --weights BILM_DIR_OR_NAME --gpu-id 0
+
+The vectors come from a spaCy pipeline with an ``elmo`` component, or from biLM weights alone (a
+native biLM directory, a catalogue name or a URL), around which the pipeline a packaged model has
+is assembled: blank(lang) + sentencizer + elmo. Either way every layer is written in float32,
+whatever the component's ``store`` settings. ``gpu_id`` >= 0 runs the biLM on that GPU.
 
 Lines are cut into shards of ``shard_lines`` consecutive lines. Each shard is embedded by one
 worker (a process that loads the pipeline once and runs torch on its share of the cores) and
@@ -20,7 +26,7 @@ import multiprocessing
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, List, Optional
 
@@ -36,26 +42,32 @@ MANIFEST = "manifest.json"
 
 @dataclass(frozen=True)
 class EmbedSettings:
-    """What a run's shards depend on; recorded in the manifest."""
+    """What a run's shards depend on; recorded in the manifest. ``pipeline`` or ``weights``:
+    exactly one; ``lang`` (default "en") goes with ``weights``."""
 
-    pipeline: str
+    pipeline: Optional[str] = None
     layers: str = "all"
     tokenized: bool = False
     batch_size: int = 64
     precision: Optional[str] = None
     shard_lines: int = 10000
+    weights: Optional[str] = None
+    lang: Optional[str] = None
+    gpu_id: int = -1
 
 
 def embed_corpus(source: Path, target: Path, settings: EmbedSettings, processes: int = 1, progress: bool = True) -> int:
     """Embed every line of ``source`` into ``target`` (HDF5) with ``processes`` workers. Returns
     the number of lines."""
     _check(settings, processes)
+    use_gpu(settings.gpu_id)
     lines = read_lines(source)
+    runtime = _with_local_weights(settings)  # downloaded once, here, not by every worker
     shards_dir = target.with_name(target.name + ".shards")
     fresh = not shards_dir.exists()
     _prepare(shards_dir, _manifest(source, len(lines), settings))
     try:
-        _embed_missing_shards(lines, shards_dir, settings, processes, progress)
+        _embed_missing_shards(lines, shards_dir, runtime, processes, progress)
     except BaseException:
         if fresh and not list(shards_dir.glob("shard-*.hdf5")):
             shutil.rmtree(shards_dir, ignore_errors=True)  # nothing done: leave nothing behind
@@ -81,6 +93,14 @@ def _embed_missing_shards(
 
 def _check(settings: EmbedSettings, processes: int) -> None:
     choose(LAYER_SELECTIONS, "layers", settings.layers)  # before any work: the same table the writer uses
+    if (settings.pipeline is None) == (settings.weights is None):
+        given = "both" if settings.pipeline else "neither"
+        raise ValueError(
+            "Give either a pipeline (--pipeline: a spaCy pipeline with an elmo component) or biLM weights "
+            f"(--weights: a native biLM directory, a catalogue name or a URL), not {given}."
+        )
+    if settings.lang is not None and settings.weights is None:
+        raise ValueError(f"lang ({settings.lang!r}) goes with --weights; a pipeline has its own language.")
     if processes < 1 or settings.shard_lines < 1 or settings.batch_size < 1:
         raise ValueError(
             f"processes, shard_lines and batch_size must be positive, got {processes}, "
@@ -176,19 +196,63 @@ def _worker_shard(part: List[str], shard: int, shards_dir: str) -> int:
     return _write_shard(_WORKER["nlp"], part, shard, Path(shards_dir), _WORKER["settings"], lambda: None)
 
 
-def _load(settings: EmbedSettings):
+def use_gpu(gpu_id: int) -> None:
+    """``spacy.require_gpu(gpu_id)`` for gpu_id >= 0 (-1: the CPU), with an error that says what to
+    do where there is no such CUDA GPU."""
+    if gpu_id < 0:
+        return
     import spacy
+    import torch
 
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    problem = f"torch sees {count} CUDA GPU(s)" if gpu_id >= count else None
+    if problem is None:
+        try:
+            spacy.require_gpu(gpu_id)
+            return
+        except ValueError as err:
+            problem = str(err)
+    raise ValueError(
+        f"gpu_id {gpu_id}: no such CUDA GPU ({problem}). Run on a machine with an NVIDIA GPU and CUDA "
+        'support (pip install "spacy-elmo[cuda12x]"), or leave --gpu-id at -1 to run on the CPU.'
+    )
+
+
+def _with_local_weights(settings: EmbedSettings) -> EmbedSettings:
+    if settings.weights is None:
+        return settings
+    from .model_cache import resolve_weights
+
+    return replace(settings, weights=str(resolve_weights(settings.weights)))
+
+
+def _load(settings: EmbedSettings):
     from .component import Elmo
 
-    nlp = spacy.load(settings.pipeline)
+    use_gpu(settings.gpu_id)
+    nlp = _pipeline(settings)
     elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
     if not elmo:
         raise ValueError(f"The pipeline has no 'elmo' component (it has {nlp.pipe_names}).")
-    if settings.precision is not None:
-        for pipe in elmo:
+    for pipe in elmo:
+        pipe.cfg.update(store="layers", store_dtype="float32")  # the files hold every layer, exact
+        if settings.precision is not None:
             pipe.cfg["precision"] = settings.precision
     return nlp
+
+
+def _pipeline(settings: EmbedSettings):
+    import spacy
+
+    from .pipeline import assemble_pipeline
+    from .weights import CONFIG_FILE
+
+    if settings.weights is not None:
+        return assemble_pipeline(settings.weights, settings.lang or "en")
+    path = Path(settings.pipeline)
+    if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
+        raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")
+    return spacy.load(settings.pipeline)
 
 
 def _merge(lines: List[str], shards_dir: Path, target: Path, shard_lines: int) -> None:

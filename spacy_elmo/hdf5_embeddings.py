@@ -12,6 +12,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from .choices import choose
+from .storage import stored_layers
 
 # What is stored per line, from its layers (L+1, T, 2P).
 LAYER_SELECTIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -42,7 +43,7 @@ def write_embeddings(
     select = choose(LAYER_SELECTIONS, "layers", layers)
     with h5py.File(path, "w") as output:
         for index, doc in enumerate(nlp.pipe(_docs(nlp, lines, tokenized), batch_size=batch_size)):
-            output.create_dataset(str(first_index + index), data=select(doc._.elmo_data))
+            output.create_dataset(str(first_index + index), data=select(stored_layers(doc)))
             on_line()
 
 

@@ -1,7 +1,7 @@
 """The settings of a mix of biLM layers, typed: ``gamma * sum_j w_j * h_j`` over the L+1 layers
 (each h_j standardized per token when ``layer_norm`` is on), and how the mixed token vectors are
 pooled into span and doc vectors. ``as_dict`` is the plain form that ``doc._.elmo_mix`` stores
-(a doc's user data must stay serializable); ``from_dict`` reads it back."""
+(a doc's user data must stay serializable); ``from_dict`` reads it back. ``mix_layers`` applies a mix."""
 
 from __future__ import annotations
 
@@ -82,3 +82,15 @@ def check_mix_settings(layer_weights: Optional[Sequence[float]], gamma: float, p
     if not all(np.isfinite(values)):
         raise ValueError(f"layer_weights and gamma must be finite, got {layer_weights} and {gamma}.")
     choose(POOLINGS, "pooling", pooling)
+
+
+def mix_layers(layers: np.ndarray, mix: MixSettings) -> np.ndarray:
+    """(L+1, n, 2P) -> (n, 2P) float32: gamma * sum_j w_j * norm(layers[j]), where norm standardizes
+    each token's vector of each layer (zero mean, unit variance over its 2P features) when
+    ``layer_norm`` is on, so that no layer outweighs the others by sheer scale; otherwise identity."""
+    if mix.layer_norm:
+        mean = layers.mean(axis=-1, keepdims=True, dtype=np.float64)
+        std = layers.std(axis=-1, keepdims=True, dtype=np.float64)
+        layers = ((layers - mean) / (std + 1e-6)).astype(np.float32)
+    weights = np.asarray(mix.layer_weights, dtype=np.float32) * np.float32(mix.gamma)
+    return np.tensordot(weights, layers, axes=1).astype(np.float32, copy=False)

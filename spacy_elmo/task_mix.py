@@ -4,7 +4,8 @@
 
 The ``elmo`` component runs frozen before the task (``frozen_components`` and
 ``annotating_components`` in ``spacy train``), so the layers are already on each doc as
-``doc._.elmo_data``; the task layers read them from there, with no gradient into the biLM.
+``doc._.elmo_data`` (the component's default ``store = "layers"``); the task layers read them from
+there, with no gradient into the biLM.
 
 - ``spacy-elmo.TaskMix.v1``: docs -> the task's mix per token (n, width). Learned s (init 0: the
   plain average) and gamma (init 1); dropout on the mix (0.5 by default, as in the paper); an L2
@@ -25,6 +26,8 @@ from spacy.tokens import Doc
 from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
+
+from .storage import kept, stored_layers
 
 
 @registry.architectures("spacy-elmo.TaskMix.v1")
@@ -88,11 +91,13 @@ def _mix_forward(model: Model, docs: List[Doc], is_train: bool):
 
 
 def _layers(model: Model, doc: Doc) -> Floats3d:
-    data = doc._.elmo_data if Doc.has_extension("elmo_data") else None
+    data = doc._.elmo_data
     n_layers, width = model.get_dim("nL"), model.get_dim("nO")
     if data is None:
         if id(doc) in model.attrs["sample_ids"]:
             return model.ops.alloc3f(n_layers, len(doc), width)
+        if kept(doc) is not None:
+            stored_layers(doc)  # raises: the elmo component keeps only mixed vectors; says which setting to change
         raise ValueError(
             "A doc reached the task's ELMo mix without ELMo layers: the 'elmo' component must run before "
             "this component (in training, list it in [training] frozen_components and annotating_components)."

@@ -120,7 +120,6 @@ def test_windows_without_sentence_boundaries(tiny_weights):
     assert np.array_equal(doc._.elmo_data, np.concatenate(expected, axis=1))
 
 
-@pytest.mark.filterwarnings("ignore:\\[W109\\]")
 def test_pipe_batching_and_processes_match_one_by_one(nlp):
     nlp("The parent process computes first, so its OpenMP thread pool exists when workers fork.")
     texts = [TEXT, "Short.", "", "A much longer text. " * 12, "Emoji 😀 and 中文 text.", TEXT[::-1]]
@@ -163,7 +162,6 @@ def test_weights_under_initialize_settings(tiny_weights):
     assert nlp("works")._.elmo_data.shape == (3, 1, 32)
 
 
-@pytest.mark.filterwarnings("ignore:\\[W109\\]")
 def test_docs_keep_their_layers_through_serialization(nlp):
     doc = nlp(TEXT)
     restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
@@ -236,10 +234,7 @@ def test_invalid_settings(tiny_weights):
 
 
 def test_docs_without_the_component():
-    from spacy_elmo.attributes import register_extensions
-
-    register_extensions()
-    with pytest.raises(ValueError, match="This Doc has no ELMo layers"):
+    with pytest.raises(ValueError, match="This Doc has no ELMo vectors"):
         _ = spacy.blank("en")("plain")[0]._.elmo
 
 

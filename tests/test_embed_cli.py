@@ -6,6 +6,7 @@ import h5py
 import numpy as np
 import pytest
 import spacy
+import torch
 from conftest import make_nlp
 from spacy.tokens import Doc
 
@@ -66,6 +67,51 @@ def test_embed_reports_problems(tmp_path, pipeline):
     no_elmo = run_embed(tmp_path / "ok.txt", tmp_path / "out.hdf5", "-p", tmp_path / "blank")
     assert no_elmo.returncode == 1 and "has no 'elmo' component" in no_elmo.stdout
     assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_embed_from_bilm_weights_equals_the_assembled_pipeline(tmp_path, tiny_weights):
+    from spacy_elmo.pipeline import assemble_pipeline
+
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(LINES + ["Two sentences here. And a second one."]) + "\n", encoding="utf-8")
+    assemble_pipeline(tiny_weights).to_disk(tmp_path / "assembled")
+    from_weights = run_embed(source, tmp_path / "weights.hdf5", "--weights", tiny_weights)
+    from_pipeline = run_embed(source, tmp_path / "pipeline.hdf5", "-p", tmp_path / "assembled")
+    assert from_weights.returncode == 0 and from_pipeline.returncode == 0, from_weights.stdout + from_pipeline.stdout
+    assert_same_file(tmp_path / "weights.hdf5", tmp_path / "pipeline.hdf5")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error where there is no CUDA GPU")
+def test_a_gpu_where_there_is_none_is_a_clear_error(tmp_path, tiny_weights):
+    (tmp_path / "input.txt").write_text("one line\n", encoding="utf-8")
+    result = run_embed(tmp_path / "input.txt", tmp_path / "out.hdf5", "-w", tiny_weights, "--gpu-id", 0)
+    assert result.returncode == 1, result.stdout
+    assert "gpu_id 0: no such CUDA GPU" in result.stdout and "leave --gpu-id at -1" in result.stdout
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.shards").exists()
+
+
+def test_a_pipeline_or_weights(tmp_path, pipeline, tiny_weights):
+    from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
+
+    (tmp_path / "input.txt").write_text("one line\n", encoding="utf-8")
+    for settings, problem in (
+        (EmbedSettings(), "not neither"),
+        (EmbedSettings(str(pipeline), weights=str(tiny_weights)), "not both"),
+        (EmbedSettings(str(tiny_weights)), "is a biLM directory, not a spaCy pipeline: pass it as --weights"),
+        (EmbedSettings(str(pipeline), lang="de"), "lang \\('de'\\) goes with --weights"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            embed_corpus(tmp_path / "input.txt", tmp_path / "out.hdf5", settings, progress=False)
+
+
+def test_embed_writes_every_layer_whatever_the_store(tmp_path, tiny_weights):
+    from spacy_elmo.corpus_embed import EmbedSettings, _load
+
+    make_nlp(tiny_weights, store="mix", store_dtype="float16").to_disk(tmp_path / "mixed")
+    doc = _load(EmbedSettings(str(tmp_path / "mixed")))("A line to embed.")
+    assert doc._.elmo_data.dtype == np.float32
+    np.testing.assert_array_equal(doc._.elmo_data, make_nlp(tiny_weights)("A line to embed.")._.elmo_data)
 
 
 def read_all(path):

@@ -9,10 +9,8 @@ from spacy.tokens import Doc
 from thinc.api import Adam
 
 from spacy_elmo import TaskMix
-from spacy_elmo.attributes import register_extensions
 from spacy_elmo.task_mix import mix_weights
 
-register_extensions()
 VOCAB = spacy.blank("en").vocab
 
 
@@ -113,6 +111,11 @@ def test_clear_errors():
         model.predict([Doc(VOCAB, words=["no", "layers"])])
     with pytest.raises(ValueError, match=r"configured for n_layers=3, width=8: set them to match"):
         model.predict(docs_with_layers(width=16))
+    mixed_only = Doc(VOCAB, words=["only", "mixed"])
+    mixed_only._.elmo_mix = {"layer_weights": [1.0], "gamma": 1.0, "pooling": "mean"}
+    mixed_only._.elmo_vectors = np.ones((2, 8), dtype="float32")  # what store = "mix" keeps
+    with pytest.raises(ValueError, match="store = 'mix'.*set store = \"layers\""):
+        model.predict([mixed_only])
 
 
 @pytest.mark.slow
