@@ -317,8 +317,9 @@ def update_markdown(report: dict) -> None:
 
 
 def _measured_span(report: dict) -> str:
-    times = sorted(r.get("measured", report["date"]) for r in report["rows"])
-    return times[0] if times[0] == times[-1] else f"{times[0]} to {times[-1]}"
+    """When the rows were measured: one run, or a run and reruns of chosen rows (rows from before
+    reruns were recorded carry only their date)."""
+    return ", ".join(sorted({r.get("measured", report["date"]) for r in report["rows"]}))
 
 
 def main() -> None:
