@@ -108,6 +108,24 @@ def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
     assert (tmp_path / "run" / "curve.png").stat().st_size > 1000
 
 
+def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_path):
+    """Evaluations during training name their subset; the last line is the whole dev split, equal
+    to what training.evaluate gives for the run."""
+    from training.evaluate import evaluate
+
+    run = tmp_path / "run"
+    state = train(config(corpus, max_steps=3, eval_every=1, eval_tokens=60), run)
+    lines = log_lines(run)
+    subset = [line for line in lines if "dev_ppl" in line]
+    assert subset and all(line["dev_text"] == "subset: the first 60 tokens of dev" for line in subset)
+    final = lines[-1]
+    assert final["final_dev_text"] == "the whole dev split" and state["final_dev"] == final["final_dev_ppl"]
+    assert final["final_dev_predictions_per_direction"] > subset[-1]["dev_predictions_per_direction"]
+    scores = evaluate(run, read_sentences(corpus / "corpus" / "dev"), batch_tokens=120, device="cpu")
+    assert scores["predictions_per_direction"] == final["final_dev_predictions_per_direction"]
+    assert scores["perplexity"] == pytest.approx(final["final_dev_ppl"], rel=1e-5)
+
+
 def test_sampled_softmax_training_lowers_full_softmax_perplexity(corpus, tmp_path):
     settings = dict(softmax="sampled", n_samples=16, optimizer="adam", lr=0.01, eval_every=60, batch_tokens=400)
     train(config(corpus, max_steps=60, **settings), tmp_path / "run")

@@ -21,12 +21,14 @@ import dataclasses
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import typer
 from tqdm import tqdm
 
+from .batching import dev_batches
 from .curve import plot_learning_curve
 from .lm_head import strip_lm_head
 from .objective import perplexity
@@ -73,6 +75,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
             break
     progress.close()
     if main:
+        _evaluate_on_full_dev(session, log)
         strip_lm_head(session.bilm, output / "bilm")
     session.processes.close()
     return state
@@ -86,19 +89,37 @@ def _count(state: Dict[str, Any], window: LossWindow, totals: StepTotals, clock:
 
 
 def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
-    """Dev perplexity into the log and the best so far into the state; the curve redrawn."""
+    """Dev perplexity on the evaluation subset (the first ``eval_tokens`` of dev, the same every
+    time) into the log, the best so far into the state; the curve redrawn."""
     state, output = session.state, session.output
     scores = perplexity(session.loss_module, session.dev, session.processes.device)
     state["best_dev"] = min(scores["average"], state["best_dev"] or math.inf)
-    log.write(
-        step=state["step"],
-        tokens=state["tokens"],
-        elapsed=round(state["elapsed"], 2),
-        dev_ppl=scores["average"],
-        dev_ppl_forward=scores["forward"],
-        dev_ppl_backward=scores["backward"],
-    )
+    log.write(**_dev_record(state, scores, f"subset: the first {session.cfg.eval_tokens:,} tokens of dev", "dev"))
     plot_learning_curve(output / "log.jsonl", output / "curve.png")
+
+
+def _evaluate_on_full_dev(session: Session, log: JsonlLog) -> None:
+    """The run's final figure: perplexity on the whole dev split, what ``training.evaluate RUN
+    --split dev`` gives for the last checkpoint; into the log and the state (``final_dev``)."""
+    state, cfg = session.state, session.cfg
+    batches = dev_batches(Path(cfg.corpus), session.table, sys.maxsize, cfg.batch_tokens)
+    scores = perplexity(session.loss_module, batches, session.processes.device)
+    state["final_dev"] = scores["average"]
+    log.write(**_dev_record(state, scores, "the whole dev split", "final_dev"))
+
+
+def _dev_record(state: Dict[str, Any], scores: Dict[str, float], text: str, prefix: str) -> Dict[str, Any]:
+    """A log line: {prefix}_ppl (average, forward, backward), on which text, how many predictions."""
+    return {
+        "step": state["step"],
+        "tokens": state["tokens"],
+        "elapsed": round(state["elapsed"], 2),
+        f"{prefix}_ppl": scores["average"],
+        f"{prefix}_ppl_forward": scores["forward"],
+        f"{prefix}_ppl_backward": scores["backward"],
+        f"{prefix}_text": text,
+        f"{prefix}_predictions_per_direction": scores["targets"],
+    }
 
 
 app = typer.Typer(add_completion=False)
@@ -114,7 +135,8 @@ def main(
     state = train(TrainConfig.load(config, set_), output)
     if int(os.environ.get("RANK", "0")) == 0:
         typer.echo(
-            f"Done: {state['step']} steps, {state['tokens']:,} tokens, best dev perplexity {state['best_dev']:.2f}; "
+            f"Done: {state['step']} steps, {state['tokens']:,} tokens; dev perplexity {state['final_dev']:.2f} on the "
+            f"whole dev split (best on the evaluation subset {state['best_dev']:.2f}); "
             f"weights in {output / 'bilm'}"
         )
 
