@@ -21,19 +21,16 @@ The reordered copy of a weight is made once and kept beside it, like the bfloat1
 from __future__ import annotations
 
 import functools
-import weakref
-from typing import Dict, List, Tuple
+from typing import List
 
 import torch
 from torch import Tensor
 
 from .precision import operand
+from .weight_copies import derived_copy
 
 # The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
 K_BLOCK = 512
-
-# id(weight) -> {(precision, view, version): reordered K blocks}; an entry goes with its weight.
-_REORDERED: Dict[int, Dict[Tuple, List[Tensor]]] = {}
 
 
 def available(device: torch.device) -> bool:
@@ -94,19 +91,13 @@ def _linear_blocks(x: Tensor, blocks: List[Tensor]) -> Tensor:
 def reordered_blocks(weight: Tensor, precision: str = "fp32") -> List[Tensor]:
     """The weight (N, K) cut into K blocks of K_BLOCK columns, each in oneDNN's own layout, in
     ``precision``; made once per weight (or view of one) and version."""
-    base = weight._base if weight._base is not None else weight
-    key = (precision, tuple(weight.shape), tuple(weight.stride()), weight.storage_offset(), base._version)
-    copies = _REORDERED.get(id(base))
-    if copies is None:
-        copies = _REORDERED[id(base)] = {}
-        weakref.finalize(base, _REORDERED.pop, id(base), None)
-    if key not in copies:
-        for stale in [k for k in copies if k[-1] != base._version]:
-            del copies[stale]  # the weight changed in place since
-        with torch.no_grad():
-            blocks = [weight[:, start : start + K_BLOCK] for start in range(0, weight.shape[1], K_BLOCK)]
-            copies[key] = [_reorder(block.to(torch.bfloat16) if precision == "bf16" else block) for block in blocks]
-    return copies[key]
+    return derived_copy(weight, ("onednn", precision), lambda tensor: _reordered(tensor, precision))
+
+
+def _reordered(weight: Tensor, precision: str) -> List[Tensor]:
+    with torch.no_grad():
+        blocks = [weight[:, start : start + K_BLOCK] for start in range(0, weight.shape[1], K_BLOCK)]
+        return [_reorder(block.to(torch.bfloat16) if precision == "bf16" else block) for block in blocks]
 
 
 def _reorder(block: Tensor) -> Tensor:

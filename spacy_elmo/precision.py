@@ -12,16 +12,12 @@ remade when the weight changes in place).
 
 from __future__ import annotations
 
-import weakref
-from typing import Dict, Tuple
-
 import torch
 from torch import Tensor
 
-PRECISIONS = ("fp32", "bf16")
+from .weight_copies import derived_copy
 
-# id(weight) -> {view key: bfloat16 copy}; an entry goes when its weight is garbage collected.
-_COPIES: Dict[int, Dict[Tuple, Tensor]] = {}
+PRECISIONS = ("fp32", "bf16")
 
 
 def check_precision(precision: str) -> str:
@@ -43,13 +39,4 @@ def _bf16(tensor: Tensor) -> Tensor:
     base = tensor._base if tensor._base is not None else tensor
     if not base.requires_grad and not isinstance(base, torch.nn.Parameter):
         return tensor.to(torch.bfloat16)  # an activation: converted every time
-    key = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), base._version, tensor.device)
-    copies = _COPIES.get(id(base))
-    if copies is None:
-        copies = _COPIES[id(base)] = {}
-        weakref.finalize(base, _COPIES.pop, id(base), None)
-    if key not in copies:
-        for stale in [k for k in copies if k[3] != base._version]:
-            del copies[stale]  # the weight changed in place since
-        copies[key] = tensor.to(torch.bfloat16)
-    return copies[key]
+    return derived_copy(tensor, "bf16", lambda weight: weight.to(torch.bfloat16))

@@ -283,7 +283,7 @@ def _cell_update(gates: Tensor, c: Tensor, cell_clip: Optional[float]) -> Tensor
     c.add_(gates[:, :cells] * cell_input)
     if cell_clip is not None:
         c.clamp_(-cell_clip, cell_clip)
-    hidden = elementwise_(Tensor.tanh_, c.clone(memory_format=torch.contiguous_format))
+    hidden = elementwise_(Tensor.tanh_, c.clone())  # c: whole rows, contiguous
     return hidden.mul_(gates[:, 3 * cells :])
 
 
