@@ -10,8 +10,11 @@ everything else is computed from them on access, as float32:
 - ``span._.elmo``, ``doc._.elmo`` (2P,): the tokens' mixed vectors pooled (mean or max) over the
   tokens that are not whitespace (whitespace tokens are not shown to the biLM; they get zeros).
 - vector hooks: ``token.vector``, ``span.vector``, ``doc.vector``, ``has_vector``, ``vector_norm``
-  and ``.similarity`` (cosine) backed by the above. The hooks are module-level functions, so docs
-  pickle; ``install_vector_hooks(doc)`` puts them back on docs rebuilt from bytes.
+  and ``.similarity`` (cosine) backed by the mixed vectors with the common direction(s) removed
+  as ``doc._.elmo_centering`` says (``centering``; the component's ``center_vectors``), tokens
+  centred before pooling; without a centering they are the extensions above. The hooks are
+  module-level functions, so docs pickle; ``install_vector_hooks(doc)`` puts them back on docs
+  rebuilt from bytes.
 
 The extensions are registered when ``spacy_elmo`` is imported, so that a fresh process can read
 docs rebuilt from bytes: ``import spacy_elmo; spacy_elmo.install_vector_hooks(doc)``.
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 from spacy.tokens import Doc, Span, Token
 
+from .centering import Centering
 from .storage import kept, mix_of, mixed, stored_layers, width
 
 
@@ -35,6 +39,7 @@ def register_extensions() -> None:
         (Doc, "elmo_data", {"default": None}),
         (Doc, "elmo_vectors", {"default": None}),
         (Doc, "elmo_mix", {"default": None}),
+        (Doc, "elmo_centering", {"default": None}),
         (Doc, "elmo", {"getter": doc_elmo}),
         (Span, "elmo", {"getter": span_elmo}),
         (Token, "elmo", {"getter": token_elmo}),
@@ -60,11 +65,33 @@ def doc_elmo(doc: Doc) -> np.ndarray:
     return _pooled(doc, 0, len(doc))
 
 
-def _pooled(doc: Doc, start: int, end: int) -> np.ndarray:
+def _pooled(doc: Doc, start: int, end: int, centred: bool = False) -> np.ndarray:
     keep = [i for i in range(start, end) if not doc[i].is_space]
     if not keep:
         return np.zeros(width(doc), dtype=np.float32)
-    return mix_of(doc).pool(mixed(doc, keep))
+    vectors = mixed(doc, keep)
+    return mix_of(doc).pool(_centred(doc, vectors) if centred else vectors)
+
+
+def _centred(doc: Doc, vectors: np.ndarray) -> np.ndarray:
+    centering = Centering.from_value(doc._.elmo_centering)
+    return vectors if centering is None else centering.apply(vectors)
+
+
+def token_vector(token: Token) -> np.ndarray:
+    """token.vector: the mixed vector, centred as the doc's centering says (if it has one)."""
+    if token.is_space:
+        return np.zeros(width(token.doc), dtype=np.float32)
+    return _centred(token.doc, mixed(token.doc, slice(token.i, token.i + 1)))[0]
+
+
+def span_vector(span: Span) -> np.ndarray:
+    """span.vector: the pooled centred vectors of its tokens that are not whitespace."""
+    return _pooled(span.doc, span.start, span.end, centred=True)
+
+
+def doc_vector(doc: Doc) -> np.ndarray:
+    return _pooled(doc, 0, len(doc), centred=True)
 
 
 # --- vector hooks -------------------------------------------------------------------------------
@@ -74,10 +101,10 @@ def install_vector_hooks(doc: Doc) -> Doc:
     """Make ``vector``, ``has_vector``, ``vector_norm`` and ``similarity`` of the doc, its spans and
     tokens use ELMo. (No span ``vector_norm`` hook: spaCy computes that one from the vector.)"""
     _quiet_unsaved_hooks_warning()
-    doc.user_hooks.update(vector=doc_elmo, has_vector=_doc_has_vector, vector_norm=_norm, similarity=_similarity)
-    doc.user_span_hooks.update(vector=span_elmo, has_vector=_span_has_vector, similarity=_similarity)
+    doc.user_hooks.update(vector=doc_vector, has_vector=_doc_has_vector, vector_norm=_norm, similarity=_similarity)
+    doc.user_span_hooks.update(vector=span_vector, has_vector=_span_has_vector, similarity=_similarity)
     doc.user_token_hooks.update(
-        vector=token_elmo, has_vector=_token_has_vector, vector_norm=_norm, similarity=_similarity
+        vector=token_vector, has_vector=_token_has_vector, vector_norm=_norm, similarity=_similarity
     )
     return doc
 

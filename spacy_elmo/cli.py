@@ -102,12 +102,18 @@ def package(
     output: Path = typer.Argument(..., help="Directory for the package (spacy package output)."),
     version: str = typer.Option("0.0.1", "--version", help="Package version."),
     lang: str = typer.Option(None, "--lang", help="spaCy language of the pipeline (default: the model's)."),
+    centering_text: Path = typer.Option(
+        None,
+        "--centering-text",
+        help="A .txt file or folder (one paragraph per line) of the text the common direction of the vectors is "
+        "estimated from, so that token.vector and .similarity mean something (see README).",
+    ),
 ) -> None:
     """Build an installable spaCy pipeline (e.g. en_elmo_original) from a published model."""
     from .pipeline import package_published
 
     try:
-        folder = package_published(name, output, version=version, lang=lang)
+        folder = package_published(name, output, version=version, lang=lang, centering_text=centering_text)
     except (*_MODEL_ERRORS, ImportError) as err:
         msg.fail("Packaging failed", str(err), exits=1)
     wheels = sorted(folder.glob("dist/*.whl"))

@@ -10,14 +10,17 @@ otherwise windows of at most ``max_sentence_length`` tokens; whitespace tokens a
 input and get zero vectors. ``nlp.pipe`` sorts the sentences of a batch of docs by length and runs
 them in batches of at most ``max_batch_tokens`` tokens, so memory stays bounded whatever the doc
 length. What a doc keeps is described in ``storage`` (the ``store`` and ``store_dtype``
-settings), what users read off it in ``attributes``.
+settings), what users read off it in ``attributes``. With ``center_vectors`` on, the vector hooks
+(``token.vector``, ``.similarity``) compare the mixed vectors with their mean (and the top
+``remove_directions`` principal directions) removed, estimated from text at ``initialize`` or by
+``fit_centering`` and saved with the component (``centering``).
 """
 
 import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
@@ -28,9 +31,17 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, NumpyOps
 
 from .attributes import install_vector_hooks
+from .centering import (
+    CENTERING_TOKENS,
+    MIN_CENTERING_TOKENS,
+    Centering,
+    NotEnoughText,
+    check_centering_settings,
+    text_lines,
+)
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
-from .mix_settings import MixSettings, check_mix_settings
+from .mix_settings import MixSettings, check_mix_settings, mix_layers
 from .model_cache import resolve_weights
 from .precision import check_precision
 from .storage import Storage
@@ -64,8 +75,10 @@ Segment = Tuple[int, np.ndarray]
         "precision": "fp32",
         "store": "layers",
         "store_dtype": "float32",
+        "center_vectors": True,
+        "remove_directions": 0,
     },
-    assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc.tensor"],
+    assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc._.elmo_centering", "doc.tensor"],
 )
 def make_elmo(
     nlp: Language,
@@ -83,6 +96,8 @@ def make_elmo(
     precision: str,
     store: str,
     store_dtype: str,
+    center_vectors: bool,
+    remove_directions: int,
 ) -> "Elmo":
     return Elmo(
         nlp.vocab,
@@ -100,6 +115,8 @@ def make_elmo(
         precision=precision,
         store=store,
         store_dtype=store_dtype,
+        center_vectors=center_vectors,
+        remove_directions=remove_directions,
     )
 
 
@@ -125,6 +142,8 @@ class Elmo(TrainablePipe):
         precision: str = "fp32",
         store: str = "layers",
         store_dtype: str = "float32",
+        center_vectors: bool = True,
+        remove_directions: int = 0,
     ) -> None:
         for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
             if not isinstance(value, int) or value < 1:
@@ -134,6 +153,7 @@ class Elmo(TrainablePipe):
         check_mix_settings(layer_weights, gamma, pooling)
         check_precision(precision)
         Storage(store, store_dtype)
+        check_centering_settings(center_vectors, remove_directions)
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -150,8 +170,12 @@ class Elmo(TrainablePipe):
             "precision": precision,
             "store": store,
             "store_dtype": store_dtype,
+            "center_vectors": center_vectors,
+            "remove_directions": remove_directions,
+            "centering": None,
         }
         self._warned_update = False
+        self._centering: Optional[Tuple[dict, Centering]] = None
         self._sentences = SentenceCache(sentence_cache_tokens)
 
     @property
@@ -166,17 +190,36 @@ class Elmo(TrainablePipe):
         n_layers = self.bilm.config.n_output_layers
         return MixSettings.for_layers(n_layers, cfg["layer_weights"], cfg["gamma"], cfg["pooling"], cfg["layer_norm"])
 
+    @property
+    def centering(self) -> Optional[Centering]:
+        """What the vector hooks remove from the mixed vectors (see ``centering``), None when
+        ``center_vectors`` is off or nothing was estimated."""
+        entry = self.cfg.get("centering")
+        if not self.cfg["center_vectors"] or entry is None:
+            return None
+        if self._centering is None or self._centering[0] is not entry:
+            self._centering = (entry, Centering.from_value(entry))
+        return self._centering[1]
+
     def initialize(
         self,
         get_examples: Optional[Callable[[], Iterable[Example]]] = None,
         *,
         nlp: Optional[Language] = None,
         weights: Optional[Union[str, Path]] = None,
+        centering_text: Optional[Union[str, Path]] = None,
+        centering_tokens: int = CENTERING_TOKENS,
     ) -> None:
         """Load the biLM from ``weights``, given here or in the component's config: a native biLM
         directory (``convert`` or pretraining output), a published model's name (``"original"``;
         ``python -m spacy_elmo models`` lists them) or a URL of a model archive. Names and URLs
-        are downloaded and converted once into the cache. Its sizes replace the architecture's."""
+        are downloaded and converted once into the cache. Its sizes replace the architecture's.
+
+        With ``center_vectors`` on, the common direction of the vectors is then estimated from
+        the first ``centering_tokens`` tokens of ``centering_text`` (a .txt file or a folder of
+        them, one paragraph per line, read through the pipeline's components before this one),
+        else of the examples' texts; with too little text (``nlp.initialize()`` alone) it warns
+        and the vectors stay raw until ``fit_centering``."""
         path = weights or self.cfg["weights"]
         if not path:
             raise ValueError(
@@ -188,7 +231,59 @@ class Elmo(TrainablePipe):
         set_bilm(self.model, load_bilm(resolve_weights(path)))
         self.model.attrs["has_weights"] = True
         self.cfg["weights"] = str(path)
+        self.cfg["centering"] = None
         _ = self.mix  # check layer_weights against the loaded biLM
+        if self.cfg["center_vectors"]:
+            self._initialize_centering(get_examples, nlp, centering_text, centering_tokens)
+
+    def _initialize_centering(self, get_examples, nlp, text: Optional[Union[str, Path]], max_tokens: int) -> None:
+        if text is not None:
+            if nlp is None:
+                raise ValueError("elmo: centering_text needs the pipeline: call nlp.initialize(), not the component's.")
+            docs = self._docs_before_me(nlp, text_lines(text))
+        else:
+            docs = (eg.reference for eg in (get_examples() if get_examples else []))
+        try:
+            self.fit_centering(docs, max_tokens)
+        except NotEnoughText as err:
+            warnings.warn(
+                f"{err} The vector hooks (token.vector, .similarity) give raw ELMo vectors until then; "
+                "center_vectors = false says that is intended.",
+                stacklevel=3,
+            )
+
+    def fit_centering(self, docs: Iterable[Doc], max_tokens: int = CENTERING_TOKENS) -> Centering:
+        """Estimate what the vector hooks remove (the mean, and ``remove_directions`` principal
+        directions) from the mixed vectors of the first ``max_tokens`` tokens of ``docs`` (their
+        sentence boundaries, if set, are used; their annotations are left alone), and keep it
+        with the component (it is saved with the pipeline)."""
+        self._require_weights()
+        chosen, tokens = [], 0
+        for doc in docs:
+            if tokens >= max_tokens:
+                break
+            chosen.append(doc)
+            tokens += sum(not token.is_space for token in doc)
+        if tokens < MIN_CENTERING_TOKENS:
+            raise NotEnoughText(
+                f"elmo: the common direction of the vectors is estimated from text, and {tokens} tokens are fewer "
+                f"than the {MIN_CENTERING_TOKENS} needed: give real text, as nlp.get_pipe('elmo').fit_centering("
+                "nlp.pipe(texts)) or centering_text = PATH under [initialize.components.elmo]."
+            )
+        mix = self.mix
+        vectors = [
+            mix_layers(layers, mix)[[not token.is_space for token in doc]]
+            for doc, layers in zip(chosen, self.predict(chosen))
+        ]
+        centering = Centering.estimate(np.concatenate(vectors), self.cfg["remove_directions"])
+        self.cfg["centering"] = centering.as_config()
+        return centering
+
+    def _docs_before_me(self, nlp: Language, texts: Iterable[str]) -> Iterator[Doc]:
+        """Texts through the pipeline's components that come before this one."""
+        earlier = nlp.pipe_names[: nlp.pipe_names.index(self.name)] if self.name in nlp.pipe_names else []
+        with nlp.select_pipes(enable=earlier):
+            yield from nlp.pipe(texts)
 
     def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
@@ -230,10 +325,11 @@ class Elmo(TrainablePipe):
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
         """Keep each doc's layers (L+1, n, 2P) as the store settings say (see ``storage``)."""
-        mix, hooks = self.mix, self.cfg["set_vector_hooks"]
+        mix, hooks, centering = self.mix, self.cfg["set_vector_hooks"], self.centering
         storage = Storage(self.cfg["store"], self.cfg["store_dtype"])
         for doc, doc_layers in zip(docs, layers):
             storage.keep(doc, doc_layers, mix, with_tensor=hooks)
+            doc._.elmo_centering = centering.as_doc_value() if centering is not None else None
             if hooks:
                 install_vector_hooks(doc)
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import spacy
 from spacy.language import Language
+from spacy.tokens import Doc
+from spacy.training import Example
 
+from .centering import text_lines
 from .model_cache import resolve_weights
 from .models import PublishedModel, get_model
 
@@ -30,22 +33,42 @@ def assemble_pipeline(
     version: str = "0.0.1",
     meta: Optional[Dict[str, Any]] = None,
     elmo_config: Optional[Dict[str, Any]] = None,
+    centering_docs: Optional[Callable[[Language], Iterable[Doc]]] = None,
 ) -> Language:
     """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL);
-    ``elmo_config``: more settings of the elmo component."""
+    ``elmo_config``: more settings of the elmo component; ``centering_docs``: the text the elmo
+    component estimates the common direction of its vectors from, as docs of the pipeline's vocab
+    (see ``text_docs``), made when it is initialized."""
     nlp = spacy.blank(lang)
     nlp.add_pipe("sentencizer")
     nlp.add_pipe("elmo", config={"weights": str(weights), **(elmo_config or {})})
-    nlp.initialize()
+    nlp.initialize((lambda: (Example(doc, doc) for doc in centering_docs(nlp))) if centering_docs else None)
     nlp.meta.update(name=name, version=version)
     nlp.meta.update(meta or {})
     return nlp
 
 
+def text_docs(path: PathLike) -> Callable[[Language], Iterable[Doc]]:
+    """The lines of a .txt file (or of a folder's .txt files) as docs, split into sentences by the
+    pipeline's components before elmo."""
+    lines = text_lines(path)
+
+    def docs(nlp: Language) -> Iterable[Doc]:
+        with nlp.select_pipes(enable=[n for n in nlp.pipe_names if n != "elmo"]):
+            yield from nlp.pipe(lines)
+
+    return docs
+
+
 def published_pipeline(
-    model: PublishedModel, version: str = "0.0.1", lang: Optional[str] = None, progress: bool = True
+    model: PublishedModel,
+    version: str = "0.0.1",
+    lang: Optional[str] = None,
+    progress: bool = True,
+    centering_text: Optional[PathLike] = None,
 ) -> Language:
-    """A pipeline around a catalogue model, its licence and citation in the meta."""
+    """A pipeline around a catalogue model, its licence and citation in the meta; its vectors
+    centred on ``centering_text`` (a .txt file or folder) if given."""
     weights = resolve_weights(model.name, progress=progress)
     meta = {
         "description": f"ELMo contextual vectors from the published '{model.name}' biLM ({model.trained_on}). "
@@ -54,7 +77,8 @@ def published_pipeline(
         "sources": [{"name": f"ELMo '{model.name}'", "url": model.source, "license": model.licence}],
         "url": model.source,
     }
-    return assemble_pipeline(weights, lang or model.spacy_language, package_name(model.name), version, meta)
+    docs = text_docs(centering_text) if centering_text else None
+    return assemble_pipeline(weights, lang or model.spacy_language, package_name(model.name), version, meta, None, docs)
 
 
 def package_name(model_name: str) -> str:
@@ -75,7 +99,13 @@ def package_pipeline(nlp: Language, output_dir: PathLike) -> Path:
 
 
 def package_published(
-    name: str, output_dir: PathLike, version: str = "0.0.1", lang: Optional[str] = None, progress: bool = True
+    name: str,
+    output_dir: PathLike,
+    version: str = "0.0.1",
+    lang: Optional[str] = None,
+    progress: bool = True,
+    centering_text: Optional[PathLike] = None,
 ) -> Path:
     """Download, convert, assemble and package a catalogue model; returns the package folder."""
-    return package_pipeline(published_pipeline(get_model(name), version, lang, progress), output_dir)
+    nlp = published_pipeline(get_model(name), version, lang, progress, centering_text)
+    return package_pipeline(nlp, output_dir)

@@ -7,7 +7,10 @@ settings), and reading it back as float32.
 - ``"mix"``: only the mixed vectors, ``doc._.elmo_vectors`` (n, 2P).
 - ``"tensor"``: only ``doc.tensor`` (n, 2P), the mixed vectors.
 
-Every store also keeps ``doc._.elmo_mix``, one small dict per doc (the mix and its pooling).
+Every store also keeps ``doc._.elmo_mix``, one small dict per doc (the mix and its pooling), and,
+when the component centres its vectors, ``doc._.elmo_centering``: the mean (2P,) and the removed
+directions (D, 2P) in float32, (1 + D) x 2P x 4 bytes per doc (4 KB for the original model), so
+that a doc rebuilt from bytes compares its vectors as the pipeline did.
 User data survives ``Doc.to_bytes``, pickling, ``nlp.pipe(n_process=...)`` and
 ``DocBin(store_user_data=True)``; ``doc.tensor`` survives the first three, not ``DocBin``.
 ``store_dtype = "float16"`` halves the arrays; everything read from them is upcast to float32.

@@ -6,7 +6,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import make_nlp
+from conftest import SHARED, make_nlp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,10 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
             source="https://allennlp.org/elmo",
         )
         monkeypatch.setitem(CATALOGUE, entry.name, entry)
-        result = CliRunner().invoke(app, ["package", "fixture-elmo", str(tmp_path / "packages")])
+        text = tmp_path / "text.txt"
+        text.write_text("\n".join((SHARED / "data" / "corpus" / "valid.txt").read_text().splitlines()[:80]))
+        arguments = ["package", "fixture-elmo", str(tmp_path / "packages"), "--centering-text", str(text)]
+        result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
     (wheel,) = (tmp_path / "packages" / "en_elmo_fixture_elmo-0.0.1" / "dist").glob("*.whl")
     run(fresh_python, "-m", "pip", "install", "-q", wheel)
@@ -100,13 +103,14 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
         "nlp = spacy.load('en_elmo_fixture_elmo')\n"
         "doc = nlp('The bank raised rates . We sat by the river .')\n"
         "print(json.dumps([nlp.pipe_names, nlp.meta['license'], len(list(doc.sents)), doc._.elmo_data[:, "
-        ":5].tolist()]))\n"
+        ":5].tolist(), nlp.get_pipe('elmo').centering.tokens]))\n"
     )
     import json
 
     import numpy as np
 
-    pipes, licence, n_sentences, layers = json.loads(run(fresh_python, "-c", check, cwd=tmp_path))
+    pipes, licence, n_sentences, layers, centred_on = json.loads(run(fresh_python, "-c", check, cwd=tmp_path))
     assert pipes == ["sentencizer", "elmo"] and licence == "Apache-2.0" and n_sentences == 2
+    assert centred_on >= 1000, "the package's vectors are centred on the text given"
     expected = embed_sentences(fixture_bilm, [["The", "bank", "raised", "rates", "."]])[0]
     np.testing.assert_allclose(np.array(layers), expected, atol=1e-6)

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import make_nlp
+from conftest import SHARED, make_nlp
 
 from spacy_elmo import install_vector_hooks
 
@@ -36,13 +36,14 @@ WRITER = (
     SUMMARY
     + """
 from spacy.tokens import DocBin
-weights, folder, text = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+weights, folder, text, reference = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 expected = {}
 for store in ("layers", "mix", "tensor"):
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"weights": weights, "store": store})
+    nlp.add_pipe("elmo", config={"weights": weights, "store": store, "remove_directions": 2})
     nlp.initialize()
+    nlp.get_pipe("elmo").fit_centering(nlp.pipe(Path(reference).read_text().splitlines()[:100]))
     doc = nlp(text)
     (folder / f"{store}.doc").write_bytes(doc.to_bytes())
     docbin = DocBin(store_user_data=True)
@@ -78,10 +79,12 @@ def run_python(script, *args):
 
 @pytest.mark.slow
 def test_docs_read_their_vectors_in_a_fresh_process(tiny_weights, tmp_path):
-    written = run_python(WRITER, tiny_weights, tmp_path, TEXT)
+    written = run_python(WRITER, tiny_weights, tmp_path, TEXT, SHARED / "data" / "corpus" / "valid.txt")
     assert written.returncode == 0, written.stderr
     assert "W109" not in written.stderr, "neither doc.to_bytes nor nlp.pipe's workers warn about hooks"
     expected = json.loads(written.stdout)
+    for summary in expected.values():
+        assert not np.allclose(summary["token_vector"], summary["token"]), "centred vectors are what is checked"
     (tmp_path / "tensor.spacy").unlink()  # DocBin does not keep doc.tensor, the only thing that store keeps
     read = run_python(READER, tmp_path)
     assert read.returncode == 0, read.stderr

@@ -104,6 +104,7 @@ def main(
     bench/results/downstream-layer-weights.png."""
     runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
     wic_scores, similarity_scores = load_metrics("wic"), load_metrics("similarity")
+    centering = load_metrics("centering")
     info = describe_bilm(bilm, perplexity) if bilm else {}
     if task_bilm:
         info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
@@ -111,10 +112,17 @@ def main(
     results.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         results / "downstream.json",
-        json.dumps({"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "bilm": info}, indent=2) + "\n",
+        json.dumps(
+            {"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "centering": centering, "bilm": info},
+            indent=2,
+        )
+        + "\n",
     )
     plot = _plot_weights(runs, results / "downstream-layer-weights.png")
-    atomic_write_text(output, _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent))
+    text = _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent)
+    if centering:
+        text += centering_section(centering, results / "downstream-centering.png", output.parent)
+    atomic_write_text(output, text)
     typer.echo(f"Wrote {output}")
 
 
@@ -219,6 +227,57 @@ def _markdown(
             lines.append(f"| {name} | {scores['pairs']} | " + " | ".join(f"{scores[k]:.3f}" for k in kinds) + " |")
     lines += ["", _reproduce(info), ""]
     return "\n".join(lines)
+
+
+def centering_section(result: Dict, plot: Path, home: Path) -> str:
+    """Section 6: raw against centred vectors (training.downstream.centering), from the same biLM."""
+    corrections, sets = list(result["wic"]), list(result["similarity"])
+    kind = "mix: average"
+    lines = [
+        "## 6. Similarity with the common direction removed (raw against centred vectors, same biLM)",
+        "",
+        f"For each kind of vector the mean, and the top D principal directions of the centred vectors, are estimated "
+        f"from {result['tokens']:,} tokens of {_shown(result['text'])} (the component's `center_vectors` and "
+        "`remove_directions` settings; spacy_elmo/centering.py), then WiC and word similarity are measured as in "
+        "sections 3 and 5. Random-pair cosine: the mean cosine of 5,000 random pairs of tokens of that text.",
+        "",
+        f"### {kind} (what `token.vector` and `.similarity` give with the default mix)",
+        "",
+        "| vectors | random-pair cosine | WiC dev | WiC test | " + " | ".join(sets) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(sets),
+    ]
+    for name in corrections:
+        wic = result["wic"][name][kind]
+        cells = [
+            f"{result['anisotropy'][name][kind]:.3f}",
+            f"{100 * wic['dev_accuracy']:.1f}",
+            f"{100 * wic['test_accuracy']:.1f}",
+            *(f"{result['similarity'][s][name][kind]:.3f}" for s in sets),
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    centred = corrections[1]
+    lines += [
+        "",
+        f"### Every kind of vector: raw -> {centred}",
+        "",
+        "| vectors | random-pair cosine | WiC test | " + " | ".join(sets) + " |",
+        "|---|---:|---:|" + "---:|" * len(sets),
+    ]
+    for each in result["wic"]["raw"]:
+        wic = {name: result["wic"][name][each]["test_accuracy"] for name in ("raw", centred)}
+        cells = [
+            _change(result["anisotropy"]["raw"][each], result["anisotropy"][centred][each], "{:.3f}"),
+            _change(100 * wic["raw"], 100 * wic[centred], "{:.1f}"),
+            *(_change(by["raw"][each], by[centred][each], "{:.3f}") for by in result["similarity"].values()),
+        ]
+        lines.append(f"| {each} | " + " | ".join(cells) + " |")
+    if plot.exists():
+        lines += ["", f"![raw against centred]({Path(os.path.relpath(plot.resolve(), home.resolve())).as_posix()})"]
+    return "\n".join(lines + [""])
+
+
+def _change(before: float, after: float, form: str) -> str:
+    return f"{form.format(before)} -> {form.format(after)}"
 
 
 if __name__ == "__main__":

@@ -31,15 +31,18 @@ def compared_mixes(n_layers: int) -> Dict[str, MixSettings]:
     return mixes
 
 
-def representations(layers: np.ndarray, mixes: Dict[str, MixSettings]) -> Dict[str, np.ndarray]:
-    """One word's layers (L+1, 2P) -> the vectors compared (2P,): each layer alone, and each mix."""
+def kind_vectors(layers: np.ndarray, mixes: Dict[str, MixSettings]) -> Dict[str, np.ndarray]:
+    """Many tokens' layers (L+1, n, 2P) -> the vectors compared (n, 2P) of each kind: each layer
+    alone ("layer j") and each mix (by its name)."""
     out = {f"layer {j}": layers[j] for j in range(layers.shape[0])}
     for name, mix in mixes.items():
-        out[name] = mix_layers(layers[:, None], mix)[0]
+        out[name] = mix_layers(layers, mix)
     return out
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """0.0 when either vector is all zeros."""
-    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return float(np.dot(a, b) / norms) if norms else 0.0
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n, W), (n, W) -> (n,) cosine of each pair of rows; 0.0 where either row is all zeros."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.einsum("ij,ij->i", a, b)
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)

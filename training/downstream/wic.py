@@ -18,7 +18,7 @@ import numpy as np
 import typer
 
 from .metrics import save_metrics
-from .vectors import compared_mixes, cosine, representations, word_layers
+from .vectors import compared_mixes, kind_vectors, row_cosines, word_layers
 
 # (first sentence's tokens, target position in it, second sentence's tokens, target position in it)
 Example = Tuple[List[str], int, List[str], int]
@@ -34,17 +34,42 @@ def read_wic(examples_path: Path, gold_path: Path) -> Tuple[List[Example], List[
     return examples, gold
 
 
-def similarities(nlp, examples: List[Example]) -> Dict[str, List[float]]:
-    """The cosine of the target's two vectors in each example, per layer and per mix."""
+def target_layers(nlp, examples: List[Example]) -> Tuple[np.ndarray, np.ndarray]:
+    """The layers of the target word in each example's first and second sentence: (L+1, N, 2P) each."""
     firsts = word_layers(nlp, [e[0] for e in examples])
     seconds = word_layers(nlp, [e[2] for e in examples])
-    mixes = compared_mixes(firsts[0].shape[0])
-    per_name: Dict[str, List[float]] = {}
-    for (_, i, _, j), a, b in zip(examples, firsts, seconds):
-        first, second = representations(a[:, i], mixes), representations(b[:, j], mixes)
-        for name in first:
-            per_name.setdefault(name, []).append(cosine(first[name], second[name]))
-    return per_name
+    return (
+        np.stack([layers[:, e[1]] for e, layers in zip(examples, firsts)], axis=1),
+        np.stack([layers[:, e[3]] for e, layers in zip(examples, seconds)], axis=1),
+    )
+
+
+def similarities(nlp, examples: List[Example]) -> Dict[str, np.ndarray]:
+    """The cosine of the target's two vectors in each example (N,), per layer and per mix."""
+    firsts, seconds = target_layers(nlp, examples)
+    mixes = compared_mixes(firsts.shape[0])
+    first, second = kind_vectors(firsts, mixes), kind_vectors(seconds, mixes)
+    return {name: row_cosines(first[name], second[name]) for name in first}
+
+
+def accuracies(dev_scores: np.ndarray, dev_gold: np.ndarray, test_scores: np.ndarray, test_gold: np.ndarray):
+    """Same sense when the score reaches the threshold that is best on dev: the threshold, dev and
+    test accuracy."""
+    threshold = _best_threshold(dev_scores, dev_gold)
+    return {
+        "threshold": threshold,
+        "dev_accuracy": float(((dev_scores >= threshold) == dev_gold).mean()),
+        "test_accuracy": float(((test_scores >= threshold) == test_gold).mean()),
+    }
+
+
+def read_splits(data: Path, examples: str, gold: str) -> Dict[str, Tuple[List[Example], np.ndarray]]:
+    """dev and test: (examples, gold labels as a bool array)."""
+    splits = {}
+    for split in ("dev", "test"):
+        split_examples, labels = read_wic(data / examples.format(split=split), data / gold.format(split=split))
+        splits[split] = (split_examples, np.array(labels))
+    return splits
 
 
 def main(
@@ -58,19 +83,12 @@ def main(
     import spacy
 
     nlp = spacy.load(elmo)
-    scores, golds = {}, {}
-    for split in ("dev", "test"):
-        split_examples, golds[split] = read_wic(data / examples.format(split=split), data / gold.format(split=split))
-        scores[split] = similarities(nlp, split_examples)
-    result = {}
-    for name, dev_scores in scores["dev"].items():
-        threshold = _best_threshold(np.array(dev_scores), np.array(golds["dev"]))
-        test = np.array(scores["test"][name]) >= threshold
-        result[name] = {
-            "threshold": threshold,
-            "dev_accuracy": float(((np.array(dev_scores) >= threshold) == np.array(golds["dev"])).mean()),
-            "test_accuracy": float((test == np.array(golds["test"])).mean()),
-        }
+    splits = read_splits(data, examples, gold)
+    scores = {split: similarities(nlp, split_examples) for split, (split_examples, _) in splits.items()}
+    result = {
+        name: accuracies(dev_scores, splits["dev"][1], scores["test"][name], splits["test"][1])
+        for name, dev_scores in scores["dev"].items()
+    }
     save_metrics("wic", result)
     for name, accuracy in result.items():
         typer.echo(f"WiC {name}: test accuracy {accuracy['test_accuracy']:.3f}")

@@ -150,17 +150,31 @@ def reference_sentences(
 
 
 def reference_tokens(nlp, sentences: List[List[str]]) -> Tuple[np.ndarray, np.ndarray, List[Tuple[str, str]]]:
-    """Mixed and layer-0 vectors (unit length) of every token of ``sentences``, and (word, sentence)
-    for each."""
+    """Unit-length ELMo vectors (``token.vector``: the mix, centred as the pipeline's elmo component
+    says) and layer-0 vectors (centred on their own mean over these tokens) of every token of
+    ``sentences``, and (word, sentence) for each."""
     docs = nlp.pipe(Doc(nlp.vocab, words=words, sent_starts=[True] + [False] * (len(words) - 1)) for words in sentences)
     mixed, static, labels = [], [], []
     for doc in docs:
         text = doc.text
         for token in doc:
-            mixed.append(token._.elmo)
+            mixed.append(token.vector)
             static.append(token._.elmo_layers[0])
             labels.append((token.text, text))
-    return _unit(np.array(mixed)), _unit(np.array(static)), labels
+    static = np.array(static)
+    return _unit(np.array(mixed)), _unit(static - static.mean(axis=0)), labels
+
+
+def centering_summary(nlp) -> str:
+    """What token.vector and .similarity compare, in a sentence."""
+    centering = nlp.get_pipe("elmo").centering
+    if centering is None:
+        return "Vectors: raw ELMo mixes (the pipeline's elmo component does not centre them)."
+    removed = f" and the top {len(centering.directions)} principal directions" if len(centering.directions) else ""
+    return (
+        f"Vectors: ELMo mixes with their mean{removed} removed (estimated on {centering.tokens:,} tokens of "
+        "training text), as token.vector and .similarity give them."
+    )
 
 
 def reference_summary(sentences: List[List[str]], held_out: int, min_tokens: int) -> str:
@@ -213,10 +227,10 @@ def polysemy_report(
     chosen = [w for w in candidates if len(occurrences.get(w, {})) >= 2][:n_words]
     for word in chosen:
         contexts = list(occurrences[word].items())[:2]
-        lines.append(f"== '{word}': nearest tokens of {reference}, by vector ==")
+        lines.append(f"== '{word}': nearest tokens of {reference}, by cosine of their vectors ==")
         first_position = contexts[0][1]
         lines.append(
-            "  layer 0 (context-free; the same in every context): "
+            "  layer 0 (context-free; the same in every context; centred): "
             + ", ".join(
                 f"{w} ({s:.3f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)
             )
@@ -283,7 +297,7 @@ def main(
     report.append("")
     sentences, held_out = reference_sentences(corpus, top_up, max_sentences, min_tokens)
     mixed, static, labels = reference_tokens(nlp, sentences)
-    report += [reference_summary(sentences, held_out, min_tokens), ""]
+    report += [reference_summary(sentences, held_out, min_tokens), centering_summary(nlp), ""]
     reference = "held-out text" if held_out == len(sentences) else "reference text"
     report += word_and_sentence_report(nlp, mixed, static, labels, neighbours_k, words, reference)
     text = "\n".join(report) + "\n"
