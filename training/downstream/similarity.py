@@ -5,7 +5,9 @@ metrics/downstream/similarity.json.
     python -m training.downstream.similarity --elmo pipelines/elmo-downstream --data ../shared/data
     python -m training.downstream.similarity ... --sets MEN=word-similarity/EN-MEN-TR-3k.txt --sets ...
 
-Each set is ``NAME=FILE``, the file relative to --data with one ``word<TAB>word<TAB>score`` per line.
+Each set is ``NAME=FILE``, the file relative to --data with one ``word<TAB>word<TAB>score`` per line
+(``\n`` or ``\r\n``). The default sets: MEN, WordSim-353, SimLex-999, SimVerb-3500 and the Stanford Rare
+Words, as the files of the word-similarity collection (mfaruqui/eval-word-vectors) name them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,30 @@ SETS = [
     "MEN=word-similarity/EN-MEN-TR-3k.txt",
     "WS-353=word-similarity/EN-WS-353-ALL.txt",
     "SimLex-999=word-similarity/EN-SIMLEX-999.txt",
+    "SimVerb-3500=word-similarity/EN-SimVerb-3500.txt",
+    "RW=word-similarity/EN-RW-STANFORD.txt",
 ]
+
+
+def read_pairs(path: Path) -> List[List[str]]:
+    """The (word, word, score) rows of a word-pair file; blank lines are skipped."""
+    pairs = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = line.split("\t")
+        if len(row) != 3 or not _is_number(row[2]):
+            raise ValueError(f"{path}, line {number}: expected word<TAB>word<TAB>score, got {line!r}.")
+        pairs.append(row)
+    return pairs
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def correlations(nlp, pairs: List[List[str]]) -> Dict[str, float]:
@@ -54,9 +79,10 @@ def main(
     for name, sep, filename in (item.partition("=") for item in sets):
         if not sep:
             raise typer.BadParameter(f"--sets takes NAME=FILE, got {name!r}.")
-        pairs = [
-            line.split("\t") for line in (data / filename).read_text(encoding="utf-8").splitlines() if line.strip()
-        ]
+        try:
+            pairs = read_pairs(data / filename)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
         result[name] = {"pairs": len(pairs), **correlations(nlp, pairs)}
     save_metrics("similarity", result)
     typer.echo(json.dumps(result, indent=2))

@@ -20,6 +20,10 @@ import typer
 from .metrics import save_metrics
 from .vectors import compared_mixes, cosine, representations, word_layers
 
+SPLITS = ("dev", "test")  # dev tunes the threshold, test is reported
+EXAMPLES = "wic/{split}.data.txt"
+GOLD = "wic/{split}.gold.txt"
+
 # (first sentence's tokens, target position in it, second sentence's tokens, target position in it)
 Example = Tuple[List[str], int, List[str], int]
 
@@ -50,8 +54,8 @@ def similarities(nlp, examples: List[Example]) -> Dict[str, List[float]]:
 def main(
     elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
     data: Path = typer.Option(..., help="The shared data folder."),
-    examples: str = typer.Option("wic/{split}.data.txt", help="The WiC examples in DATA, {split}: dev, test."),
-    gold: str = typer.Option("wic/{split}.gold.txt", help="Their gold labels in DATA."),
+    examples: str = typer.Option(EXAMPLES, help="The WiC examples in DATA, {split}: dev, test."),
+    gold: str = typer.Option(GOLD, help="Their gold labels in DATA."),
 ) -> None:
     """WiC accuracy from ELMo alone: same sense when the target's vectors are more similar than a
     threshold tuned on dev; per layer and per mix."""
@@ -59,7 +63,7 @@ def main(
 
     nlp = spacy.load(elmo)
     scores, golds = {}, {}
-    for split in ("dev", "test"):
+    for split in SPLITS:
         split_examples, golds[split] = read_wic(data / examples.format(split=split), data / gold.format(split=split))
         scores[split] = similarities(nlp, split_examples)
     result = {}
