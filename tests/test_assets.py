@@ -20,7 +20,15 @@ from conftest import SHARED
 from file_server import FileServer
 from weasel.util import load_project_config
 
-from training.downstream.assets import WIC_FILES, check_layout, main, unpack_wic, workflow_files
+from training.downstream.assets import (
+    MEASURED_WIC_MD5,
+    WIC_FILES,
+    check_layout,
+    main,
+    unlike_measured,
+    unpack_wic,
+    workflow_files,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = SHARED / "data"
@@ -72,6 +80,11 @@ def test_checksums_match_the_shared_data():
     assert assets, "no downstream asset has a checksum to check"
     shared = {asset["dest"]: md5(shared_copy(data, asset["dest"])) for asset in assets}
     assert shared == {asset["dest"]: asset["checksum"] for asset in assets}
+
+
+def test_the_measured_wic_checksums_are_the_shared_files():
+    data = require_data()
+    assert MEASURED_WIC_MD5 == {name: md5(data / "wic" / name) for name in WIC_FILES}
 
 
 def release_member(name: str) -> str:
@@ -128,13 +141,14 @@ def test_assets_from_their_urls_rebuild_the_shared_data(tmp_path):
     with FileServer(public_files(assets, data)) as server:
         project = project_served_by(server, tmp_path)
         fetched = spacy_project("assets", str(project), "--extra")
-        spacy_project("run", "downstream-assets", str(project))
+        unpacked = spacy_project("run", "downstream-assets", str(project))
     assert "Checksum doesn't match" not in fetched.stdout
     assert sorted(path for path, _ in server.requests) == sorted(server.files), "each asset fetched once"
     folder = project / DOWNSTREAM
     different = [name for name in workflow_files() if (folder / name).read_bytes() != (data / name).read_bytes()]
     assert not different
     assert all((folder / "wic" / name).read_bytes() == (data / "wic" / name).read_bytes() for name in WIC_FILES)
+    assert "differ from the copies" not in unpacked.stdout
 
 
 def test_unpack_finds_the_wic_files_under_a_top_folder(tmp_path):
@@ -145,6 +159,7 @@ def test_unpack_finds_the_wic_files_under_a_top_folder(tmp_path):
     written = unpack_wic(archive, tmp_path / "wic")
     assert [path.name for path in written] == list(WIC_FILES)
     assert all(path.read_text() == f"{path.name}\n" for path in written)
+    assert unlike_measured(written) == list(WIC_FILES), "other content: every file is named as unlike the measured"
 
 
 def test_a_zip_without_test_gold_is_named_with_the_fix(tmp_path):

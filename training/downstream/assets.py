@@ -14,6 +14,7 @@ The files are written atomically, byte for byte as the zip holds them.
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Dict, List
@@ -27,6 +28,16 @@ from . import data, similarity, wic
 # The WiC release's zip holds SPLIT/SPLIT.data.txt and SPLIT/SPLIT.gold.txt for each split.
 WIC_SPLITS = ("train", "dev", "test")
 WIC_FILES = tuple(f"{split}.{kind}.txt" for split in WIC_SPLITS for kind in ("data", "gold"))
+# md5 of the WiC files RESULTS.md was measured on (../shared/data/wic): the zip itself has no
+# checksum in project.yml, since only its unpacked files were at hand, so they are compared here.
+MEASURED_WIC_MD5 = {
+    "train.data.txt": "133aa798a2b8ec67718acf8ed2f188c2",
+    "train.gold.txt": "c5815b27b0c7bcdc6dbca11e8ff7eee5",
+    "dev.data.txt": "f1efdc11a4dca8078ae96a8723497eac",
+    "dev.gold.txt": "f6b4e0bbaf15a2e1fd0355c6adcdbe8a",
+    "test.data.txt": "f9fe779e5964d2c11e9fe91d467247f3",
+    "test.gold.txt": "79977c3d544d54e425e1e1ac2599587a",
+}
 FETCH_HINT = "Fetch the downstream data with `spacy project assets --extra` (see project.yml's assets)."
 
 
@@ -75,6 +86,11 @@ def _extract(archive: zipfile.ZipFile, member: str, path: Path) -> Path:
     return atomic_write(path, lambda temporary: temporary.write_bytes(content))
 
 
+def unlike_measured(paths: List[Path]) -> List[str]:
+    """The names of unpacked WiC files whose md5 differs from the measured copies'."""
+    return [path.name for path in paths if hashlib.md5(path.read_bytes()).hexdigest() != MEASURED_WIC_MD5[path.name]]
+
+
 def check_layout(folder: Path) -> None:
     """Raise, naming them, if files the downstream workflow reads are missing from ``folder``."""
     missing = [name for name in workflow_files() if not (Path(folder) / name).is_file()]
@@ -95,6 +111,12 @@ def main(
     except AssetError as err:
         raise SystemExit(str(err)) from None
     typer.echo(f"Unpacked {len(written)} WiC files into {output / 'wic'}")
+    different = unlike_measured(written)
+    if different:
+        typer.echo(
+            f"Warning: {', '.join(different)} differ from the copies RESULTS.md was measured on (md5): the workflow "
+            "runs on them, but its WiC figures are not comparable with RESULTS.md's."
+        )
     typer.echo(f"{output} holds all {len(workflow_files())} files: --vars.downstream_data {output}")
 
 
