@@ -101,6 +101,25 @@ def test_data_files_and_language_are_settings(tmp_path):
     assert missing.exit_code != 0 and "en_ewt-ud-train.conllu" in str(missing.exception), "the default files are EWT's"
 
 
+def test_every_shared_word_similarity_set_is_scored_by_default(tmp_path):
+    import pytest
+    from conftest import SHARED
+
+    from training.downstream.similarity import SETS, read_pairs
+
+    folder = SHARED / "data" / "word-similarity"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} is missing")
+    files = {item.partition("=")[2] for item in SETS}
+    assert files == {f"word-similarity/{path.name}" for path in folder.glob("*.txt")}
+    for name in files:
+        pairs = read_pairs(SHARED / "data" / name)
+        assert pairs and all(len(row) == 3 and float(row[2]) >= 0 for row in pairs), name
+    (tmp_path / "bad.txt").write_text("sun\tsunlight\t50.0\r\nsun sunshine 47.0\n")
+    with pytest.raises(ValueError, match=r"bad.txt, line 2: expected word<TAB>word<TAB>score, got 'sun sunshine"):
+        read_pairs(tmp_path / "bad.txt")
+
+
 def test_typed_mix_settings_give_the_dict_that_the_extensions_read():
     import pytest
 

@@ -1,6 +1,8 @@
 """Downstream evaluation of a biLM: the paper's claims, measured (project.yml workflow
 ``downstream``). Each step is a command module, run as ``python -m training.downstream.MODULE``:
 
+- assets: the data from its public URLs (project.yml's assets) when ../shared/data is absent: unpacks
+  the WiC zip and checks that the folder holds every file the workflow reads.
 - data: the task data as spaCy DocBins (UPOS from CoNLL-U, entities from WNUT-17 style files;
   nested training subsets) and the tasks' unlabeled text as a corpus for fine-tuning the biLM.
 - pipeline: the biLM as the frozen elmo component the task models train with.

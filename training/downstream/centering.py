@@ -31,7 +31,7 @@ from ..corpus import read_sentences
 from .metrics import save_metrics
 from .similarity import SETS, pair_layers, parse_sets, read_pairs, spearman
 from .vectors import compared_mixes, kind_vectors, row_cosines, word_layers
-from .wic import accuracies, read_splits, target_layers
+from .wic import EXAMPLES, GOLD, accuracies, read_splits, target_layers
 
 RAW = "raw"
 RANDOM_PAIRS = 5000
@@ -87,7 +87,7 @@ def anisotropy(reference: Dict[str, np.ndarray], corrections: Corrections, seed:
 
 def wic(nlp, data: Path, corrections: Corrections) -> Dict[str, Dict]:
     """WiC dev and test accuracy per correction and kind."""
-    splits = read_splits(data, "wic/{split}.data.txt", "wic/{split}.gold.txt")
+    splits = read_splits(data, EXAMPLES, GOLD)
     vectors = {}
     for split, (examples, _) in splits.items():
         firsts, seconds = target_layers(nlp, examples)

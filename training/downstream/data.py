@@ -32,6 +32,9 @@ from ..corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
 
 FRACTIONS = (1, 10, 100)
 SPLITS = ("train", "dev", "test")
+# The files read from the data folder by default, {split} for each of SPLITS.
+UPOS_FILES = "ud-english-ewt/en_ewt-ud-{split}.conllu"
+NER_FILES = "wnut17/{split}.conll"
 
 
 def ewt_docs(path: Path, vocab) -> List[Doc]:
@@ -120,12 +123,8 @@ def main(
     output: Path = typer.Argument(..., help="Where the .spacy files go."),
     seed: int = typer.Option(0, help="Seed of the training subsets."),
     lang: str = typer.Option("en", help="Language of the blank pipeline whose vocabulary the docs use."),
-    upos: str = typer.Option(
-        "ud-english-ewt/en_ewt-ud-{split}.conllu", help="The UPOS CoNLL-U files in DATA, {split}: train, dev, test."
-    ),
-    ner: str = typer.Option(
-        "wnut17/{split}.conll", help="The NER files (token<TAB>IOB tag) in DATA, {split}: train, dev, test."
-    ),
+    upos: str = typer.Option(UPOS_FILES, help="The UPOS CoNLL-U files in DATA, {split}: train, dev, test."),
+    ner: str = typer.Option(NER_FILES, help="The NER files (token<TAB>IOB tag) in DATA, {split}: train, dev, test."),
 ) -> None:
     vocab = spacy.blank(lang).vocab
     upos_docs = {split: ewt_docs(data / upos.format(split=split), vocab) for split in SPLITS}

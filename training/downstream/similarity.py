@@ -5,7 +5,9 @@ metrics/downstream/similarity.json.
     python -m training.downstream.similarity --elmo pipelines/elmo-downstream --data ../shared/data
     python -m training.downstream.similarity ... --sets MEN=word-similarity/EN-MEN-TR-3k.txt --sets ...
 
-Each set is ``NAME=FILE``, the file relative to --data with one ``word<TAB>word<TAB>score`` per line.
+Each set is ``NAME=FILE``, the file relative to --data with one ``word<TAB>word<TAB>score`` per line
+(``\n`` or ``\r\n``). The default sets: MEN, WordSim-353, SimLex-999, SimVerb-3500 and the Stanford Rare
+Words, as the files of the word-similarity collection (mfaruqui/eval-word-vectors) name them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ SETS = [
     "MEN=word-similarity/EN-MEN-TR-3k.txt",
     "WS-353=word-similarity/EN-WS-353-ALL.txt",
     "SimLex-999=word-similarity/EN-SIMLEX-999.txt",
+    "SimVerb-3500=word-similarity/EN-SimVerb-3500.txt",
+    "RW=word-similarity/EN-RW-STANFORD.txt",
 ]
 
 
@@ -31,7 +35,24 @@ Pair = List[str]  # word, word, score
 
 
 def read_pairs(path: Path) -> List[Pair]:
-    return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The (word, word, score) rows of a word-pair file; blank lines are skipped."""
+    pairs = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = line.split("\t")
+        if len(row) != 3 or not _is_number(row[2]):
+            raise ValueError(f"{path}, line {number}: expected word<TAB>word<TAB>score, got {line!r}.")
+        pairs.append(row)
+    return pairs
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def pair_layers(nlp, pairs: List[Pair]) -> Tuple[np.ndarray, np.ndarray]:
@@ -79,7 +100,10 @@ def main(
     nlp = spacy.load(elmo)
     result = {}
     for name, path in parse_sets(sets, data).items():
-        pairs = read_pairs(path)
+        try:
+            pairs = read_pairs(path)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
         result[name] = {"pairs": len(pairs), **correlations(nlp, pairs)}
     save_metrics("similarity", result)
     typer.echo(json.dumps(result, indent=2))

@@ -20,6 +20,10 @@ import typer
 from .metrics import save_metrics
 from .vectors import compared_mixes, kind_vectors, row_cosines, word_layers
 
+SPLITS = ("dev", "test")  # dev tunes the threshold, test is reported
+EXAMPLES = "wic/{split}.data.txt"
+GOLD = "wic/{split}.gold.txt"
+
 # (first sentence's tokens, target position in it, second sentence's tokens, target position in it)
 Example = Tuple[List[str], int, List[str], int]
 
@@ -66,7 +70,7 @@ def accuracies(dev_scores: np.ndarray, dev_gold: np.ndarray, test_scores: np.nda
 def read_splits(data: Path, examples: str, gold: str) -> Dict[str, Tuple[List[Example], np.ndarray]]:
     """dev and test: (examples, gold labels as a bool array)."""
     splits = {}
-    for split in ("dev", "test"):
+    for split in SPLITS:
         split_examples, labels = read_wic(data / examples.format(split=split), data / gold.format(split=split))
         splits[split] = (split_examples, np.array(labels))
     return splits
@@ -75,8 +79,8 @@ def read_splits(data: Path, examples: str, gold: str) -> Dict[str, Tuple[List[Ex
 def main(
     elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
     data: Path = typer.Option(..., help="The shared data folder."),
-    examples: str = typer.Option("wic/{split}.data.txt", help="The WiC examples in DATA, {split}: dev, test."),
-    gold: str = typer.Option("wic/{split}.gold.txt", help="Their gold labels in DATA."),
+    examples: str = typer.Option(EXAMPLES, help="The WiC examples in DATA, {split}: dev, test."),
+    gold: str = typer.Option(GOLD, help="Their gold labels in DATA."),
 ) -> None:
     """WiC accuracy from ELMo alone: same sense when the target's vectors are more similar than a
     threshold tuned on dev; per layer and per mix."""
