@@ -41,6 +41,7 @@ from .centering import (
 )
 from .embed import batches_by_length
 from .layers import get_bilm, set_bilm
+from .listeners import MixListeners
 from .mix_settings import MixSettings, check_mix_settings, mix_layers
 from .model_cache import resolve_weights
 from .precision import check_precision
@@ -120,9 +121,10 @@ def make_elmo(
     )
 
 
-class Elmo(TrainablePipe):
+class Elmo(MixListeners, TrainablePipe):
     """Runs a pretrained biLM over docs; see the module docstring. The biLM is frozen: spaCy does
-    not train it (list the component in ``frozen_components``)."""
+    not train it (list the component in ``frozen_components``). The task mixes of later components
+    are its listeners: their sizes come from its biLM (``listeners``)."""
 
     def __init__(
         self,
@@ -177,11 +179,19 @@ class Elmo(TrainablePipe):
         self._warned_update = False
         self._centering: Optional[Tuple[dict, Centering]] = None
         self._sentences = SentenceCache(sentence_cache_tokens)
+        self.listener_map: Dict[str, List[Model]] = {}
 
     @property
     def bilm(self):
         """The torch BiLM this component runs."""
         return get_bilm(self.model)
+
+    def layer_dims(self) -> Optional[Tuple[int, int]]:
+        """(L+1, 2P) of the layers this component gives; None before its weights are loaded (until
+        then the biLM has the architecture's sizes, which the weights replace)."""
+        if not self.model.attrs.get("has_weights"):
+            return None
+        return self.bilm.config.n_output_layers, self.bilm.config.output_dim
 
     @property
     def mix(self) -> MixSettings:
@@ -213,7 +223,8 @@ class Elmo(TrainablePipe):
         """Load the biLM from ``weights``, given here or in the component's config: a native biLM
         directory (``convert`` or pretraining output), a published model's name (``"original"``;
         ``python -m spacy_elmo models`` lists them) or a URL of a model archive. Names and URLs
-        are downloaded and converted once into the cache. Its sizes replace the architecture's.
+        are downloaded and converted once into the cache. Its sizes replace the architecture's, and
+        fill in those of the task mixes of the components after this one in ``nlp``.
 
         With ``center_vectors`` on, the common direction of the vectors is then estimated from
         the first ``centering_tokens`` tokens of ``centering_text`` (a .txt file or a folder of
@@ -233,6 +244,8 @@ class Elmo(TrainablePipe):
         self.cfg["weights"] = str(path)
         self.cfg["centering"] = None
         _ = self.mix  # check layer_weights against the loaded biLM
+        if nlp is not None:
+            self.find_later_listeners(nlp)
         if self.cfg["center_vectors"]:
             self._initialize_centering(get_examples, nlp, centering_text, centering_tokens)
 

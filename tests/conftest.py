@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
 
 
@@ -62,6 +63,12 @@ def tiny_weights(tmp_path_factory):
     return save_bilm(random_bilm(), tmp_path_factory.mktemp("weights") / "tiny")
 
 
+def with_this_checkout() -> dict:
+    """The environment for a subprocess (``python -m spacy ...``) that imports spacy_elmo from this
+    checkout, wherever the package is installed."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
 def make_nlp(weights, sentencizer=True, **config):
     import spacy
 
@@ -71,3 +78,35 @@ def make_nlp(weights, sentencizer=True, **config):
     nlp.add_pipe("elmo", config={"weights": str(weights), **config})
     nlp.initialize()
     return nlp
+
+
+@pytest.fixture(scope="session")
+def tiny_elmo_pipeline(tiny_weights, tmp_path_factory) -> Path:
+    """A saved pipeline (sentencizer, elmo) with the tiny random biLM, L+1 = 3 layers of 2P = 32:
+    what a training config sources as ``paths.elmo``."""
+    path = tmp_path_factory.mktemp("pipelines") / "elmo"
+    make_nlp(tiny_weights, sentence_cache_tokens=10000).to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def upos_corpus(tmp_path_factory) -> Path:
+    """A .spacy file of 40 sentences with UPOS tags (two sentences, repeated)."""
+    import spacy
+    from spacy.tokens import Doc, DocBin
+
+    vocab = spacy.blank("en").vocab
+    sentences = [
+        ("The cat sat on the mat .", "DET NOUN VERB ADP DET NOUN PUNCT"),
+        ("Dogs run fast .", "NOUN VERB ADV PUNCT"),
+    ]
+    docs = []
+    for text, tags in sentences * 20:
+        words = text.split()
+        doc = Doc(vocab, words=words, sent_starts=[True] + [False] * (len(words) - 1))
+        for token, tag in zip(doc, tags.split()):
+            token.tag_ = tag
+        docs.append(doc)
+    path = tmp_path_factory.mktemp("corpus") / "upos.spacy"
+    DocBin(docs=docs).to_disk(path)
+    return path

@@ -4,12 +4,13 @@ import sys
 import numpy as np
 import pytest
 import spacy
-from conftest import make_nlp
+from conftest import ROOT, make_nlp, with_this_checkout
+from spacy.ml.models import MaxoutWindowEncoder, MultiHashEmbed, build_Tok2Vec_model
 from spacy.tokens import Doc
 from thinc.api import Adam
 
-from spacy_elmo import TaskMix
-from spacy_elmo.task_mix import mix_weights
+from spacy_elmo import ElmoEmbed, ElmoTok2Vec, TaskMix
+from spacy_elmo.task_mix import mix_weights, task_mixes
 
 VOCAB = spacy.blank("en").vocab
 
@@ -109,7 +110,7 @@ def test_clear_errors():
     model.initialize()
     with pytest.raises(ValueError, match="without ELMo layers: the 'elmo' component must run before"):
         model.predict([Doc(VOCAB, words=["no", "layers"])])
-    with pytest.raises(ValueError, match=r"configured for n_layers=3, width=8: set them to match"):
+    with pytest.raises(ValueError, match=r"has width=8 in its config, but a doc's elmo_data gives .*2P=16"):
         model.predict(docs_with_layers(width=16))
     mixed_only = Doc(VOCAB, words=["only", "mixed"])
     mixed_only._.elmo_mix = {"layer_weights": [1.0], "gamma": 1.0, "pooling": "mean"}
@@ -119,59 +120,82 @@ def test_clear_errors():
 
 
 @pytest.mark.slow
-def test_tiny_spacy_train_with_the_elmo_config(tiny_weights, tmp_path):
-    data = tmp_path / "data"
-    sentences = [
-        ("The cat sat on the mat .", "DET NOUN VERB ADP DET NOUN PUNCT"),
-        ("Dogs run fast .", "NOUN VERB ADV PUNCT"),
-    ] * 20
-    from spacy.tokens import DocBin
-
-    docs = []
-    for text, tags in sentences:
-        doc = Doc(VOCAB, words=text.split(), sent_starts=[True] + [False] * (len(text.split()) - 1))
-        for token, tag in zip(doc, tags.split()):
-            token.tag_ = tag
-        docs.append(doc)
-    data.mkdir()
-    DocBin(docs=docs).to_disk(data / "train.spacy")
-    make_nlp(tiny_weights, sentence_cache_tokens=10000).to_disk(tmp_path / "elmo")
+def test_tiny_spacy_train_with_the_shipped_elmo_config(tiny_elmo_pipeline, upos_corpus, tmp_path):
+    """The shipped config as it is: the mix's sizes come from the sourced elmo component."""
     command = [
         sys.executable,
         "-m",
         "spacy",
         "train",
-        "training/configs/upos-elmo.cfg",
+        str(ROOT / "training" / "configs" / "upos-elmo.cfg"),
         "--output",
         str(tmp_path / "out"),
         "--paths.train",
-        str(data / "train.spacy"),
+        str(upos_corpus),
         "--paths.dev",
-        str(data / "train.spacy"),
+        str(upos_corpus),
         "--paths.elmo",
-        str(tmp_path / "elmo"),
+        str(tiny_elmo_pipeline),
         "--training.max_steps",
         "60",
         "--training.eval_frequency",
         "20",
-        "--components.tagger.model.tok2vec.embed.mix.width",
-        "32",
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, env=with_this_checkout())
     assert result.returncode == 0, result.stderr[-3000:]
     nlp = spacy.load(tmp_path / "out" / "model-last")
     doc = nlp("The dog sat on the mat .")
     assert nlp.pipe_names == ["elmo", "tagger"] and [t.tag_ for t in doc][:2] == ["DET", "NOUN"]
-    mix = next(node for node in nlp.get_pipe("tagger").model.walk() if node.name == "elmo_task_mix")
+    (mix,) = task_mixes(nlp.get_pipe("tagger").model)
+    assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 32), "the tiny biLM's sizes, saved with the model"
     weights, gamma = mix_weights(mix)
     assert not np.allclose(weights, 1 / 3) or gamma != 1.0, "the mix trained and was saved with the pipeline"
 
 
+def tiny_docs(tiny_weights):
+    """Docs the tiny pipeline ran on: layers (L+1 = 3, n, 2P = 32)."""
+    nlp = make_nlp(tiny_weights)
+    return list(nlp.pipe(["The cat sat on the mat.", "Dogs run fast.", "A b"]))
+
+
+def test_the_mix_takes_its_sizes_from_the_docs(tiny_weights):
+    docs = tiny_docs(tiny_weights)
+    expected = [doc._.elmo_data.mean(axis=0) for doc in docs]  # s = 0, gamma = 1: the plain average
+    at_init = TaskMix(dropout=0.0)
+    at_init.initialize(X=docs)
+    assert (at_init.get_dim("nL"), at_init.get_dim("nO")) == (3, 32)
+    on_first_pass = TaskMix(dropout=0.0)
+    on_first_pass.initialize()
+    assert not on_first_pass.has_dim("nO")
+    for model in (at_init, on_first_pass):
+        assert all(np.allclose(y, e, atol=1e-6) for y, e in zip(model.predict(docs), expected))
+    assert on_first_pass.get_param("s").shape == (3,)
+    embed = ElmoEmbed(MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False), TaskMix(), 16)
+    embed.initialize(X=docs)
+    assert [y.shape for y in embed.predict(docs)] == [(len(doc), 16) for doc in docs]
+    projection = embed.layers[-1].layers[0]  # chain(concatenate(embed, mix), with_array(Maxout))
+    assert projection.get_dim("nI") == 16 + 32, "the projection's input width is inferred from the mix's"
+
+
+def test_sizes_that_disagree_with_the_layers_are_errors(tiny_weights):
+    docs = tiny_docs(tiny_weights)
+    with pytest.raises(ValueError, match=r"has width=64 in its config, but the initialization docs' elmo_data gives "):
+        TaskMix(width=64).initialize(X=docs)
+    late = TaskMix(n_layers=2)
+    late.initialize()
+    shape = r"layers of shape \(L\+1=3, n, 2P=32\): leave width and n_layers out .* or set n_layers = 3"
+    with pytest.raises(ValueError, match=r"has n_layers=2 in its config, but a doc's elmo_data gives " + shape):
+        late.predict(docs)
+    unannotated = [Doc(VOCAB, words=["no", "layers"])]
+    sizeless = TaskMix()
+    sizeless.initialize(X=unannotated)
+    with pytest.raises(ValueError, match="cannot tell the biLM's width and number of layers at initialization"):
+        sizeless.predict(unannotated)
+    with pytest.raises(ValueError, match=r"width and n_layers >= 1 \(or null"):
+        TaskMix(width=0)
+
+
 def test_elmo_at_the_encoder_output_too():
-    from spacy.ml.models import MaxoutWindowEncoder, MultiHashEmbed, build_Tok2Vec_model
-
-    from spacy_elmo import ElmoEmbed, ElmoTok2Vec
-
     embed = ElmoEmbed(
         MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False), TaskMix(width=8), width=16
     )
@@ -182,5 +206,5 @@ def test_elmo_at_the_encoder_output_too():
     outputs, backprop = model.begin_update(docs)
     assert [y.shape for y in outputs] == [(len(d), 24) for d in docs] and model.get_dim("nO") == 24
     backprop([np.ones_like(y) for y in outputs])
-    mixes = [node for node in model.walk() if node.name == "elmo_task_mix"]
+    mixes = task_mixes(model)
     assert len(mixes) == 2 and all(float(np.abs(m.get_grad("gamma")).sum()) > 0 for m in mixes)

@@ -122,9 +122,8 @@ def _train_seed(
 
 
 def _overrides(task: str, size: int, variant: str, data: Path, elmo: Optional[Path], seed: int) -> List[str]:
-    """spacy train's command-line overrides: the data, the seed, the budget and, for +ELMo, the pipeline."""
-    import spacy
-
+    """spacy train's command-line overrides: the data, the seed, the budget and, for +ELMo, the
+    pipeline (the task mix takes the biLM's sizes from its elmo component)."""
     steps, frequency = BUDGETS[(task, size)]
     train_file = data / TASKS[task].train_file.format(size=size)
     overrides = [
@@ -142,13 +141,7 @@ def _overrides(task: str, size: int, variant: str, data: Path, elmo: Optional[Pa
         str(steps),
     ]
     if variant == "elmo":
-        width = spacy.load(elmo).get_pipe("elmo").bilm.config.output_dim
-        overrides += [
-            "--paths.elmo",
-            str(elmo),
-            f"--components.{TASKS[task].component}.model.tok2vec.embed.mix.width",
-            str(width),
-        ]
+        overrides += ["--paths.elmo", str(elmo)]
     return overrides
 
 
@@ -156,14 +149,13 @@ def learned_mix(model_path: Path) -> Tuple[List[float], float]:
     """(softmax-normalized layer weights, gamma) of the ELMo task mix in a trained model."""
     import spacy
 
-    from spacy_elmo.task_mix import mix_weights
+    from spacy_elmo.task_mix import mix_weights, task_mixes
 
     nlp = spacy.load(model_path)
     for _, component in nlp.pipeline:
-        for node in component.model.walk() if hasattr(component, "model") else ():
-            if node.name == "elmo_task_mix":
-                weights, gamma = mix_weights(node)
-                return [float(w) for w in weights], gamma
+        for mix in task_mixes(component.model) if hasattr(component, "model") else ():
+            weights, gamma = mix_weights(mix)
+            return [float(w) for w in weights], gamma
     raise ValueError(f"{model_path} has no ELMo task mix.")
 
 
