@@ -69,6 +69,7 @@ def test_centering_measures_raw_against_centred_and_reports_it(tiny_weights, sha
     sets = ["MEN=word-similarity/EN-MEN-TR-3k.txt", "WS-353=word-similarity/EN-WS-353-ALL.txt"]
     arguments = ["--elmo", "pipeline", "--data", str(small_data), "--text", str(shards), "--plot", "centering.png"]
     arguments += ["--directions", "1", "--directions", "2", *(x for s in sets for x in ("--sets", s))]
+    arguments += ["--note", "a biLM of random weights"]
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
     found = json.loads((tmp_path / "metrics" / "downstream" / "centering.json").read_text())
@@ -90,3 +91,4 @@ def test_centering_measures_raw_against_centred_and_reports_it(tiny_weights, sha
     assert f"| mean removed | {found['anisotropy']['mean removed']['mix: average']:.3f} | " in section
     assert f"{100 * average['dev_accuracy']:.1f} | {100 * average['test_accuracy']:.1f} |" in section
     assert "![raw against centred](centering.png)" in section
+    assert "Vectors from pipeline: a biLM of random weights" in section

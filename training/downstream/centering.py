@@ -159,6 +159,7 @@ def main(
     directions: List[int] = typer.Option([1, 2, 3, 5, 10], help="Numbers of top principal directions to remove."),
     sets: List[str] = typer.Option(SETS, help="NAME=FILE in DATA: the word-pair sets."),
     plot_path: Path = typer.Option(Path("bench/results/downstream-centering.png"), "--plot"),
+    note: str = typer.Option("", help="What the report should say about this biLM, if not the report's own."),
 ) -> None:
     """Raw against centred vectors: anisotropy, WiC and word similarity per correction."""
     import spacy
@@ -167,6 +168,8 @@ def main(
     reference = reference_vectors(nlp, text, tokens)
     corrections = estimate_corrections(reference, sorted(set(directions)))
     result = {
+        "pipeline": str(elmo),
+        "note": note,
         "text": str(text),
         "tokens": len(next(iter(reference.values()))),
         "anisotropy": anisotropy(reference, corrections),

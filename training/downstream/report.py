@@ -241,6 +241,7 @@ def centering_section(result: Dict, plot: Path, home: Path) -> str:
         "`remove_directions` settings; spacy_elmo/centering.py), then WiC and word similarity are measured as in "
         "sections 3 and 5. Random-pair cosine: the mean cosine of 5,000 random pairs of tokens of that text.",
         "",
+        *([f"Vectors from {_shown(result['pipeline'])}: {result['note']}", ""] if result.get("note") else []),
         f"### {kind} (what `token.vector` and `.similarity` give with the default mix)",
         "",
         "| vectors | random-pair cosine | WiC dev | WiC test | " + " | ".join(sets) + " |",
