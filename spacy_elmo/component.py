@@ -10,7 +10,7 @@ otherwise windows of at most ``max_sentence_length`` tokens; whitespace tokens a
 input and get zero vectors. ``nlp.pipe`` sorts the sentences of a batch of docs by length and runs
 them in batches of at most ``max_batch_tokens`` tokens, so memory stays bounded whatever the doc
 length. What a doc keeps is described in ``storage`` (the ``store`` and ``store_dtype``
-settings), what users read off it in ``attributes``. With ``center_vectors`` on, the vector hooks
+settings), what users read off it in ``attributes``. With ``center_vectors`` on (opt-in), the vector hooks
 (``token.vector``, ``.similarity``) compare the mixed vectors with their mean (and the top
 ``remove_directions`` principal directions) removed, estimated from text at ``initialize`` or by
 ``fit_centering`` and saved with the component (``centering``).
@@ -76,7 +76,7 @@ Segment = Tuple[int, np.ndarray]
         "precision": "fp32",
         "store": "layers",
         "store_dtype": "float32",
-        "center_vectors": True,
+        "center_vectors": False,
         "remove_directions": 0,
     },
     assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc._.elmo_centering", "doc.tensor"],
@@ -144,7 +144,7 @@ class Elmo(MixListeners, TrainablePipe):
         precision: str = "fp32",
         store: str = "layers",
         store_dtype: str = "float32",
-        center_vectors: bool = True,
+        center_vectors: bool = False,
         remove_directions: int = 0,
     ) -> None:
         for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
@@ -176,6 +176,7 @@ class Elmo(MixListeners, TrainablePipe):
             "remove_directions": remove_directions,
             "centering": None,
         }
+        self._settings = {key: value for key, value in self.cfg.items() if key not in ("weights", "centering")}
         self._warned_update = False
         self._centering: Optional[Tuple[dict, Centering]] = None
         self._sentences = SentenceCache(sentence_cache_tokens)
@@ -202,10 +203,15 @@ class Elmo(MixListeners, TrainablePipe):
 
     @property
     def centering(self) -> Optional[Centering]:
-        """What the vector hooks remove from the mixed vectors (see ``centering``), None when
-        ``center_vectors`` is off or nothing was estimated."""
+        """What the vector hooks remove from the mixed vectors (see ``centering``): the estimate,
+        with ``center_vectors`` on; None when it is off or nothing was estimated."""
+        return self.centering_estimate if self.cfg["center_vectors"] else None
+
+    @property
+    def centering_estimate(self) -> Optional[Centering]:
+        """The mean (and principal directions) estimated from text, used or not."""
         entry = self.cfg.get("centering")
-        if not self.cfg["center_vectors"] or entry is None:
+        if entry is None:
             return None
         if self._centering is None or self._centering[0] is not entry:
             self._centering = (entry, Centering.from_value(entry))
@@ -226,11 +232,12 @@ class Elmo(MixListeners, TrainablePipe):
         are downloaded and converted once into the cache. Its sizes replace the architecture's, and
         fill in those of the task mixes of the components after this one in ``nlp``.
 
-        With ``center_vectors`` on, the common direction of the vectors is then estimated from
-        the first ``centering_tokens`` tokens of ``centering_text`` (a .txt file or a folder of
-        them, one paragraph per line, read through the pipeline's components before this one),
-        else of the examples' texts; with too little text (``nlp.initialize()`` alone) it warns
-        and the vectors stay raw until ``fit_centering``."""
+        Then the common direction of the vectors is estimated from the first ``centering_tokens``
+        tokens of ``centering_text`` (a .txt file or a folder of them, one paragraph per line, read
+        through the pipeline's components before this one), else of the examples' texts, and
+        kept; the vector hooks use it with ``center_vectors`` on. With too little text
+        (``nlp.initialize()`` alone gives none) nothing is estimated, and with ``center_vectors``
+        on it warns: the vectors stay raw until ``fit_centering``."""
         path = weights or self.cfg["weights"]
         if not path:
             raise ValueError(
@@ -246,8 +253,7 @@ class Elmo(MixListeners, TrainablePipe):
         _ = self.mix  # check layer_weights against the loaded biLM
         if nlp is not None:
             self.find_later_listeners(nlp)
-        if self.cfg["center_vectors"]:
-            self._initialize_centering(get_examples, nlp, centering_text, centering_tokens)
+        self._initialize_centering(get_examples, nlp, centering_text, centering_tokens)
 
     def _initialize_centering(self, get_examples, nlp, text: Optional[Union[str, Path]], max_tokens: int) -> None:
         if text is not None:
@@ -259,9 +265,11 @@ class Elmo(MixListeners, TrainablePipe):
         try:
             self.fit_centering(docs, max_tokens)
         except NotEnoughText as err:
+            if not self.cfg["center_vectors"]:
+                return
             warnings.warn(
-                f"{err} The vector hooks (token.vector, .similarity) give raw ELMo vectors until then; "
-                "center_vectors = false says that is intended.",
+                f"{err} With center_vectors on, the vector hooks (token.vector, .similarity) give raw ELMo "
+                "vectors until then.",
                 stacklevel=3,
             )
 
@@ -365,9 +373,21 @@ class Elmo(MixListeners, TrainablePipe):
                 "directory is incomplete; copy or save it again (nlp.to_disk)."
             )
         try:
-            return super().from_disk(path, exclude=exclude)
+            super().from_disk(path, exclude=exclude)
         except (ValueError, TypeError, KeyError) as err:
             raise ValueError(f"{model_file} is not a readable elmo model: {err}") from None
+        return self._settings_from_config()
+
+    def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "Elmo":
+        super().from_bytes(bytes_data, exclude=exclude)
+        return self._settings_from_config()
+
+    def _settings_from_config(self) -> "Elmo":
+        """After loading: the settings this component was made with (the pipeline's config, with
+        any overrides given to spacy.load) win over those saved in its cfg, which keeps only what
+        initialize found (the weights' path, the centering)."""
+        self.cfg.update(self._settings)
+        return self
 
     def _require_weights(self) -> None:
         if not self.model.attrs.get("has_weights"):

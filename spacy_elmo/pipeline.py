@@ -67,8 +67,9 @@ def published_pipeline(
     progress: bool = True,
     centering_text: Optional[PathLike] = None,
 ) -> Language:
-    """A pipeline around a catalogue model, its licence and citation in the meta; its vectors
-    centred on ``centering_text`` (a .txt file or folder) if given."""
+    """A pipeline around a catalogue model, its licence and citation in the meta; with
+    ``centering_text`` (a .txt file or folder) its vector hooks centre the vectors (``center_vectors``)
+    on the mean estimated from that text."""
     weights = resolve_weights(model.name, progress=progress)
     meta = {
         "description": f"ELMo contextual vectors from the published '{model.name}' biLM ({model.trained_on}). "
@@ -78,7 +79,9 @@ def published_pipeline(
         "url": model.source,
     }
     docs = text_docs(centering_text) if centering_text else None
-    return assemble_pipeline(weights, lang or model.spacy_language, package_name(model.name), version, meta, None, docs)
+    elmo_config = {"center_vectors": True} if centering_text else None
+    language = lang or model.spacy_language
+    return assemble_pipeline(weights, language, package_name(model.name), version, meta, elmo_config, docs)
 
 
 def package_name(model_name: str) -> str:

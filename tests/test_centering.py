@@ -58,7 +58,7 @@ def test_estimate_and_apply_refuse_bad_shapes():
 def centred_nlp(tiny_weights):
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_weights), "remove_directions": 2})
+    nlp.add_pipe("elmo", config={"weights": str(tiny_weights), "center_vectors": True, "remove_directions": 2})
     nlp.config["initialize"]["components"]["elmo"] = {"centering_text": str(REFERENCE), "centering_tokens": 3000}
     nlp.initialize()
     return nlp
@@ -95,7 +95,7 @@ def test_the_estimate_is_saved_with_the_pipeline(centred_nlp, tiny_weights, tmp_
     centred_nlp.to_disk(tmp_path / "pipeline")
     from_bytes = spacy.blank("en")
     from_bytes.add_pipe("sentencizer")
-    from_bytes.add_pipe("elmo", config={"weights": str(tiny_weights), "remove_directions": 2})
+    from_bytes.add_pipe("elmo", config={"weights": str(tiny_weights), "center_vectors": True, "remove_directions": 2})
     from_bytes.from_bytes(centred_nlp.to_bytes())
     expected = centred_nlp.get_pipe("elmo").centering
     for loaded in (spacy.load(tmp_path / "pipeline"), from_bytes):
@@ -123,8 +123,22 @@ def test_examples_are_the_text_when_none_is_given(tiny_weights):
     fresh.add_pipe("sentencizer")
     fresh.add_pipe("elmo", config={"weights": str(tiny_weights)})
     fresh.initialize(lambda: examples)
-    centering = fresh.get_pipe("elmo").centering
+    elmo = fresh.get_pipe("elmo")
+    centering = elmo.centering_estimate
     assert centering.tokens == sum(len(eg.reference) for eg in examples) and centering.directions.shape == (0, 32)
+    assert elmo.centering is None, "estimated, but center_vectors is off by default: the hooks stay raw"
+    doc = fresh(TEXT)
+    np.testing.assert_array_equal(doc[1].vector, doc[1]._.elmo)
+
+
+def test_center_vectors_turned_on_at_load_uses_the_saved_estimate(centred_nlp, tmp_path):
+    centred_nlp.to_disk(tmp_path / "pipeline")
+    raw = spacy.load(
+        tmp_path / "pipeline", config={"components": {"elmo": {"center_vectors": False, "remove_directions": 0}}}
+    )
+    assert raw.get_pipe("elmo").centering is None and raw.get_pipe("elmo").centering_estimate is not None
+    doc = raw(TEXT)
+    np.testing.assert_array_equal(doc[1].vector, doc[1]._.elmo)
 
 
 def test_too_little_text_warns_and_leaves_vectors_raw(tiny_weights):

@@ -178,3 +178,28 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
         0.81,
         0.82,
     ]
+
+
+def test_report_from_a_recorded_downstream_json(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from training.downstream import report
+
+    monkeypatch.chdir(tmp_path)
+    run = {"task": "ner", "size": 100, "score": 0.25, "score_std": 0.0, "seed_scores": [0.25]}
+    recorded = {
+        "runs": {"ner-100-baseline": {**run, "variant": "baseline", "score": 0.2}, "ner-100-elmo": run},
+        "wic": {"layer 0": {"threshold": 0.5, "dev_accuracy": 0.55, "test_accuracy": 0.52}},
+        "similarity": {},
+        "bilm": {"description": "a recorded biLM."},
+    }
+    (tmp_path / "recorded.json").write_text(json.dumps(recorded))
+    app = typer.Typer()
+    app.command()(report.main)
+    arguments = ["--output", "RESULTS.md", "--results", "out", "--recorded", "recorded.json"]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "biLM: a recorded biLM." in text and "| 1 | 20.00 | 25.00 | +5.00 |" in text
+    assert "| layer 0 | 55.0 | 52.0 |" in text

@@ -41,7 +41,7 @@ expected = {}
 for store in ("layers", "mix", "tensor"):
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"weights": weights, "store": store, "remove_directions": 2})
+    nlp.add_pipe("elmo", config={"weights": weights, "store": store, "center_vectors": True, "remove_directions": 2})
     nlp.initialize()
     nlp.get_pipe("elmo").fit_centering(nlp.pipe(Path(reference).read_text().splitlines()[:100]))
     doc = nlp(text)

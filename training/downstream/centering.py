@@ -144,11 +144,20 @@ def plot(result: Dict, kind: str, path: Path) -> Path:
     right.legend(fontsize=7)
     for axis in (left, right):
         axis.set_xticks(np.arange(len(names)) + (0 if axis is left else width * (len(result["similarity"]) - 1) / 2))
-        axis.set_xticklabels([n.replace(" removed", "\nremoved") for n in names], fontsize=7)
+        axis.set_xticklabels([_short(name) for name in names], fontsize=8)
+        axis.set_xlabel("removed: the mean (-mean), and the top D principal directions (+D)", fontsize=8)
     fig.tight_layout()
     atomic_write(path, lambda temporary: fig.savefig(temporary, format="png", dpi=110))
     plt.close(fig)
     return path
+
+
+def _short(correction: str) -> str:
+    """ "mean and top 3 removed" -> "-mean+3"."""
+    if correction == RAW:
+        return RAW
+    count = correction.split(" top ")[1].split()[0] if " top " in correction else ""
+    return "-mean" + (f"+{count}" if count else "")
 
 
 def main(

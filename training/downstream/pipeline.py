@@ -18,18 +18,8 @@ def main(
     output: Path = typer.Argument(..., help="Directory for the pipeline (nlp.to_disk)."),
     lang: str = typer.Option("en", help="Language of the blank pipeline (the tasks' language)."),
     cache_tokens: int = typer.Option(500000, help="Sentence cache of the frozen elmo component."),
-    centering_corpus: Path = typer.Option(
-        None, help="Corpus shards (the tasks' text) to estimate the common direction of the vectors from."
-    ),
 ) -> None:
-    nlp = assemble(
-        bilm,
-        output,
-        lang,
-        name="elmo_downstream",
-        elmo_config={"sentence_cache_tokens": cache_tokens},
-        centering_corpus=centering_corpus,
-    )
+    nlp = assemble(bilm, output, lang, name="elmo_downstream", elmo_config={"sentence_cache_tokens": cache_tokens})
     config = nlp.get_pipe("elmo").bilm.config
     typer.echo(f"Saved {output}: layers {config.n_output_layers} x {config.output_dim}")
 

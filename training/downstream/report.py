@@ -99,13 +99,19 @@ def main(
     task_perplexity_before: Optional[Path] = typer.Option(None, help="The pretrained biLM's, on the same text."),
     output: Path = typer.Option(Path("RESULTS.md")),
     results: Path = typer.Option(RESULTS, help="Where downstream.json and the plot go."),
+    recorded: Optional[Path] = typer.Option(
+        None, help="A downstream.json written before: its runs, scores and biLM stand in for those not here."
+    ),
 ) -> None:
     """Collect metrics/downstream/*.json into RESULTS.md, bench/results/downstream.json and
     bench/results/downstream-layer-weights.png."""
+    record = json.loads(recorded.read_text()) if recorded else {}
     runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
-    wic_scores, similarity_scores = load_metrics("wic"), load_metrics("similarity")
-    centering = load_metrics("centering")
-    info = describe_bilm(bilm, perplexity) if bilm else {}
+    runs = runs or record.get("runs", {})
+    wic_scores = load_metrics("wic") or record.get("wic", {})
+    similarity_scores = load_metrics("similarity") or record.get("similarity", {})
+    centering = load_metrics("centering") or record.get("centering", {})
+    info = describe_bilm(bilm, perplexity) if bilm else record.get("bilm", {})
     if task_bilm:
         info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
         info["description"] = f"{info.get('description', '')} {info['finetuning']['description']}".strip()
@@ -239,7 +245,8 @@ def centering_section(result: Dict, plot: Path, home: Path) -> str:
         f"For each kind of vector the mean, and the top D principal directions of the centred vectors, are estimated "
         f"from {result['tokens']:,} tokens of {_shown(result['text'])} (the component's `center_vectors` and "
         "`remove_directions` settings; spacy_elmo/centering.py), then WiC and word similarity are measured as in "
-        "sections 3 and 5. Random-pair cosine: the mean cosine of 5,000 random pairs of tokens of that text.",
+        "sections 3 and 5. Random-pair cosine: the mean cosine of 5,000 random pairs of tokens of that text. "
+        + _verdict(result, kind),
         "",
         *([f"Vectors from {_shown(result['pipeline'])}: {result['note']}", ""] if result.get("note") else []),
         f"### {kind} (what `token.vector` and `.similarity` give with the default mix)",
@@ -275,6 +282,21 @@ def centering_section(result: Dict, plot: Path, home: Path) -> str:
     if plot.exists():
         lines += ["", f"![raw against centred]({Path(os.path.relpath(plot.resolve(), home.resolve())).as_posix()})"]
     return "\n".join(lines + [""])
+
+
+def _verdict(result: Dict, kind: str) -> str:
+    """Whether removing the mean scores better than the raw vectors of ``kind``: on WiC test and
+    on most word-similarity sets."""
+    centred = "mean removed"
+    wic = {name: result["wic"][name][kind]["test_accuracy"] for name in ("raw", centred)}
+    sets = result["similarity"].values()
+    better_sets = sum(scores[centred][kind] > scores["raw"][kind] for scores in sets)
+    better = wic[centred] > wic["raw"] and better_sets > len(sets) / 2
+    return (
+        f"With the mean removed, {kind} scores {'better' if better else 'no better'} than raw: WiC test "
+        f"{100 * wic['raw']:.1f} -> {100 * wic[centred]:.1f}, higher on {better_sets} of {len(sets)} word-similarity "
+        f"sets; the component's default (`center_vectors = {'true' if better else 'false'}`) follows from this."
+    )
 
 
 def _change(before: float, after: float, form: str) -> str:

@@ -5,8 +5,8 @@ sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` com
         --centering-corpus corpus/train
 
 With ``--centering-corpus`` the elmo component estimates the common direction of its vectors from
-the first sentences of that corpus (spacy_elmo.centering), so that token.vector and .similarity of
-the pipeline mean something.
+the first sentences of that corpus and its vector hooks remove it (``center_vectors``;
+spacy_elmo.centering): token.vector and .similarity then compare centred vectors.
 
 training.downstream.pipeline assembles the pipeline its task models train with here too.
 """
@@ -38,11 +38,14 @@ def assemble(
 ):
     """The pipeline, saved to ``output``; ``perplexity``: the evaluate step's JSON, recorded in
     meta.json; ``elmo_config``: more settings of the elmo component; ``centering_corpus``: corpus
-    shards whose sentences the common direction of the vectors is estimated from."""
+    shards whose sentences the common direction of the vectors is estimated from, for the vector
+    hooks to remove (``center_vectors`` on)."""
     meta = {"description": f"ELMo contextual vectors from a biLM pretrained with spacy-elmo ({weights})."}
     if perplexity and Path(perplexity).is_file():
         meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
     docs = corpus_docs(centering_corpus) if centering_corpus else None
+    if centering_corpus:
+        elmo_config = {**(elmo_config or {}), "center_vectors": True}
     nlp = assemble_pipeline(weights, lang, name, version, meta, elmo_config, docs)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)

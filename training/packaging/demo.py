@@ -246,10 +246,22 @@ def polysemy_report(
 
 
 def similarity_report(nlp, pairs: Sequence[Tuple[str, str]]) -> List[str]:
-    lines = ["== sentence similarities (Doc.similarity: cosine of ELMo sentence vectors) =="]
+    """Doc.similarity of each pair, and the cosine of the raw sentence vectors (doc._.elmo) beside
+    it when the pipeline centres its vectors."""
+    centred = nlp.get_pipe("elmo").centering is not None
+    lines = [
+        "== sentence similarities (Doc.similarity: cosine of ELMo sentence vectors"
+        + ("; in brackets, of the raw vectors before centring) ==" if centred else ") ==")
+    ]
     for first, second in pairs:
-        lines.append(f'  {nlp(first).similarity(nlp(second)):.3f}  "{first}" ~ "{second}"')
+        a, b = nlp(first), nlp(second)
+        raw = f" (raw {_cosine(a._.elmo, b._.elmo):.3f})" if centred else ""
+        lines.append(f'  {a.similarity(b):.3f}{raw}  "{first}" ~ "{second}"')
     return lines
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
 def word_and_sentence_report(nlp, mixed, static, labels, k: int, n_words: int, reference: str) -> List[str]:
