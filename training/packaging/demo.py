@@ -192,13 +192,19 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
-def neighbours(query: np.ndarray, index: np.ndarray, labels, exclude: str, k: int) -> List[Tuple[float, str, str]]:
+def neighbours(
+    query: np.ndarray, index: np.ndarray, labels, exclude: str, k: int, distinct: bool = False
+) -> List[Tuple[float, str, str]]:
+    """The ``k`` tokens of ``index`` (unit rows) nearest to ``query``, none from the sentence
+    ``exclude``; ``distinct``: each word once (for context-free vectors, the same for every
+    occurrence of a word)."""
     scores = index @ query
-    found = []
+    found, seen = [], set()
     for position in np.argsort(-scores):
         word, sentence = labels[position]
-        if sentence != exclude:
+        if sentence != exclude and not (distinct and word in seen):
             found.append((float(scores[position]), word, sentence))
+            seen.add(word)
         if len(found) == k:
             break
     return found
@@ -228,12 +234,10 @@ def polysemy_report(
     for word in chosen:
         contexts = list(occurrences[word].items())[:2]
         lines.append(f"== '{word}': nearest tokens of {reference}, by cosine of their vectors ==")
-        first_position = contexts[0][1]
+        static_neighbours = neighbours(static[contexts[0][1]], static, labels, contexts[0][0], k, distinct=True)
         lines.append(
             "  layer 0 (context-free; the same in every context; centred): "
-            + ", ".join(
-                f"{w} ({s:.3f})" for s, w, _ in neighbours(static[first_position], static, labels, contexts[0][0], k)
-            )
+            + ", ".join(f"{w} ({s:.3f})" for s, w, _ in static_neighbours)
         )
         for sentence, position in contexts:
             lines.append(f'  ELMo in: "{snippet(sentence, word)}"')
