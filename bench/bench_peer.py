@@ -8,9 +8,9 @@ Workloads: 1 sentence (20 words), 16 and 64 sentences (the fixture's sentences, 
 own benchmark) and 1,000 sentences of real text (shared/data/corpus/valid.txt, spaCy's tokenizer).
 Ours runs the `elmo` component end to end (`nlp.pipe`, spaCy's Doc handling included) on the
 converted full-size random weights (93.6M parameters, original clipping), in exact fp32 and in the
-opt-in bf16 (with its error against fp32); the peer runs `Elmo` in batches of 64. "cache warm":
-ours starts from a token cache holding the workload's words, the peer uses `vocab_to_cache` with
-the same words. Each configuration runs in its own process (its own peak
+opt-in bf16 and int8 (with their error against fp32); the peer runs `Elmo` in batches of 64.
+"cache warm": ours starts from a token cache holding the workload's words, the peer uses
+`vocab_to_cache` with the same words. Each configuration runs in its own process (its own peak
 RSS). Writes bench/results/peer-cpu.json and .png and the peer section of BENCHMARKS.md, with the
 CPU model, the measured GEMM rate and the fp32 roof it implies.
 """
@@ -38,6 +38,7 @@ OUT = ROOT / "bench" / "out"
 RESULTS = ROOT / "bench" / "results"
 
 WORKLOADS = ["1 sentence", "16 sentences", "64 sentences", "1,000 sentences"]
+CONFIGURATIONS = [("fp32", False), ("fp32", True), ("bf16", False), ("int8", False)]  # (precision, cache warm)
 REPEATS = {"1,000 sentences": 3}
 
 
@@ -87,14 +88,20 @@ def ours(spec: dict) -> dict:
 
 def error_against_fp32(bilm, sentences, precision: str) -> list:
     """Per layer: max |reduced - fp32| and the lowest and mean cosine of a token's two vectors."""
-    import numpy as np
-
     from spacy_elmo import embed_sentences
 
     bilm.precision = "fp32"
-    exact = np.concatenate(embed_sentences(bilm, sentences), axis=1)
+    exact = embed_sentences(bilm, sentences)
     bilm.precision = precision
-    reduced = np.concatenate(embed_sentences(bilm, sentences), axis=1)
+    return layer_errors(exact, embed_sentences(bilm, sentences))
+
+
+def layer_errors(exact: list, reduced: list) -> list:
+    """exact, reduced: one (L+1, T, 2P) array per sentence -> per layer, over every token: max
+    |reduced - exact| (and max |exact|), the lowest and the mean cosine of a token's two vectors."""
+    import numpy as np
+
+    exact, reduced = np.concatenate(exact, axis=1), np.concatenate(reduced, axis=1)
     cosine = (exact * reduced).sum(-1) / (np.linalg.norm(exact, axis=-1) * np.linalg.norm(reduced, axis=-1))
     return [
         {
@@ -198,7 +205,7 @@ def run_all(peer: Path, threads: int, workloads: list = WORKLOADS) -> dict:
             cache: run_peer(peer, sentences_file, "cached" if cache else "plain", repeats, threads)
             for cache in (False, True)
         }
-        for precision, cache in (("fp32", False), ("fp32", True), ("bf16", False)):
+        for precision, cache in CONFIGURATIONS:
             spec = {
                 "weights": str(weights),
                 "sentences": str(sentences_file),
@@ -238,7 +245,7 @@ def rerun(peer: Path, threads: int, workloads: list) -> dict:
     fresh = run_all(peer, threads, workloads)
     kept = {(r["workload"], r["precision"], r["cache"]): r for r in previous["rows"]}
     kept.update({(r["workload"], r["precision"], r["cache"]): r for r in fresh["rows"]})
-    order = [(w, p, c) for w in WORKLOADS for p, c in (("fp32", "off"), ("fp32", "warm"), ("bf16", "off"))]
+    order = [(w, p, "warm" if c else "off") for w in WORKLOADS for p, c in CONFIGURATIONS]
     return {**fresh, "rows": [kept[key] for key in order if key in kept]}
 
 

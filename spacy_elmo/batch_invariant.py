@@ -8,7 +8,7 @@ the thread count. Here every GEMM runs on blocks of a fixed shape (zero-padded),
 into fixed K blocks added in a fixed order, and transcendental
 elementwise functions run on single-threaded slices, so each element takes one code path wherever
 it sits. Plain IEEE operations (add, mul, max, clamp) round identically on every path and need no
-care.
+care. int8 matmuls (``quantized``) sum integers exactly, so they need no fixed shapes either.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from . import onednn
+from . import onednn, quantized
 from .onednn import K_BLOCK
 from .precision import check_precision, operand
 
@@ -39,7 +39,7 @@ class Blocking:
     step_lanes: the most sentences per recurrent matmul in fp32 through oneDNN (CPU): there any
         number of rows gives the same results, so a call takes the sentences there are, up to this.
     fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
-    precision: "fp32" (exact) or "bf16" (see ``precision``).
+    precision: "fp32" (exact), "bf16" or "int8" (see ``precision``).
     """
 
     gemm_rows: int = 256
@@ -105,8 +105,11 @@ def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor
 def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32") -> Tensor:
     """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N).
 
-    Where oneDNN's fp32 rows do not depend on the row count (``onednn``), in blocks of ``rows``
-    rows that need no padding; elsewhere on zero-padded blocks of exactly ``rows`` rows."""
+    In int8 in one call (exact integer sums); where oneDNN's fp32 rows do not depend on the row
+    count (``onednn``), in blocks of ``rows`` rows that need no padding; elsewhere on zero-padded
+    blocks of exactly ``rows`` rows."""
+    if precision == "int8":
+        return quantized.linear(x, weight, bias)
     if rows_any_count(x.device, precision):
         reordered = weight.shape[1] > K_BLOCK  # a plain weight needs no second copy
         out = x.new_empty(x.shape[0], weight.shape[0])
@@ -121,8 +124,9 @@ def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, preci
 
 def rows_any_count(device: torch.device, precision: str) -> bool:
     """Whether matmuls here give each row the same bits whatever the number of rows (then no
-    fixed shapes are needed): fp32 through oneDNN on a CPU where its probe passes."""
-    return precision == "fp32" and onednn.available(device)
+    fixed shapes are needed): int8 anywhere (exact integer sums), fp32 through oneDNN on a CPU
+    where its probe passes."""
+    return precision == "int8" or (precision == "fp32" and onednn.available(device))
 
 
 def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:

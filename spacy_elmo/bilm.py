@@ -243,7 +243,7 @@ class BiLM(nn.Module):
         lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
             step loop), "step" or "fused" (unclipped models only).
         blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
-        precision: "fp32" (default, exact) or "bf16" for inference matmuls (see ``precision``).
+        precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see ``precision``).
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
@@ -379,9 +379,9 @@ class BiLM(nn.Module):
         return lambda layer, x, direction, start: runner(layer, x, plan, direction, start, blocking)
 
     def _step_width(self, lengths: List[int], blocking: Blocking, device: torch.device) -> int:
-        """Lanes per chunk of the step loop: in fp32 through oneDNN as many as there are sentences,
-        up to ``step_lanes`` (any row count gives the same rows there); else the fixed
-        ``step_columns`` (bf16: measured 32 as the best balance of one sentence and many)."""
+        """Lanes per chunk of the step loop: in int8, and in fp32 through oneDNN, as many as there
+        are sentences, up to ``step_lanes`` (any row count gives the same rows there); else the
+        fixed ``step_columns`` (bf16: measured 32 as the best balance of one sentence and many)."""
         if not rows_any_count(device, self._precision):
             return blocking.step_columns
         multiple = recurrence.lane_multiple(self.config.lstm_dim)

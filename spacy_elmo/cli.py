@@ -154,7 +154,10 @@ def embed(
     precision: str = typer.Option(
         None,
         "--precision",
-        help="fp32 (exact) or bf16 (faster on CPUs with AMX/AVX512_BF16; see README). Default: the pipeline's setting.",
+        help=(
+            "fp32 (exact), bf16 (faster on CPUs with AMX/AVX512_BF16) or int8 (int8 weights and activations, for "
+            "CPUs with VNNI/AMX; the least exact); see README. Default: the pipeline's setting."
+        ),
     ),
     processes: int = typer.Option(
         1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."

@@ -5,7 +5,8 @@ through a fixed number of *lanes* (continuous batching): each lane runs one sent
 its state reset to the sentence's start state whenever a new one begins, so little compute is spent
 on padding. A sentence's result is bitwise the same whatever else is in the batch: its matmul rows
 go through kernels whose rows do not depend on the row count (oneDNN in fp32 on CPU, see
-``onednn``) or through fixed shapes (``batch_invariant``). Two inference runners share the plan:
+``onednn``; int8's exact integer sums, see ``quantized``) or through fixed shapes
+(``batch_invariant``). Two inference runners share the plan:
 
 - ``run_step_loop``: the exact step loop (cell and projection clipping, carried state), token-major:
   h (lanes, P), c (lanes, H); each step's matmuls take the chunk's lanes still at work.
@@ -27,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from . import onednn
+from . import onednn, quantized
 from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
 
 LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
@@ -195,8 +196,9 @@ class StepMatmuls:
     x (N, I) -> (N, 4H) with the bias, the recurrence h (G, P) -> (G, 4H) and the projection
     hidden (G, H) -> (G, P).
 
-    On CPU they run through oneDNN (``onednn``): in fp32 any G gives the same rows
-    (``any_rows``); in bf16 G stays the chunk width. Elsewhere they run on fixed shapes."""
+    In int8 they run through ``quantized`` on any device, and any G gives the same rows
+    (``any_rows``). Otherwise on CPU they run through oneDNN (``onednn``): in fp32 any G gives
+    the same rows; in bf16 G stays the chunk width. Elsewhere they run on fixed shapes."""
 
     def __init__(self, layer, blocking: Blocking, device: torch.device) -> None:
         self.layer, self.blocking = layer, blocking
@@ -214,6 +216,8 @@ class StepMatmuls:
         return self._matmul(hidden, self.layer.weight_hr)
 
     def _matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        if self.blocking.precision == "int8":
+            return quantized.linear(x, weight)
         if self.through_onednn:
             return onednn.linear(x, weight, self.blocking.precision)
         out = x.new_empty(x.shape[0], weight.shape[0])

@@ -1,17 +1,22 @@
-"""Opt-in bf16 inference: close to fp32, still independent of batch companions, weights tracked."""
+"""Opt-in bf16 and int8 inference: close to fp32, still independent of batch companions, weights
+tracked; int8's quantization."""
+
+import random
 
 import numpy as np
 import pytest
 import torch
 from conftest import make_nlp, random_bilm
 
-from spacy_elmo import embed_sentences
+from spacy_elmo import embed_sentences, quantized
 
 SENTENCES = [
     ["The", "bank", "raised", "its", "interest", "rates", "."],
     ["We", "sat", "on", "the", "bank", "of", "the", "river", "."],
     ["Short", "."],
 ]
+REDUCED = ["bf16", "int8"]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def cosines(a, b):
@@ -30,6 +35,37 @@ def assert_close_to_fp32(bilm, sentences):
         assert cosines(want, got).min() >= 0.999
 
 
+def layer_errors(bilm, sentences, precision):
+    """Per layer, over every token: (max |precision - fp32|, lowest cosine of a token's vectors)."""
+    bilm.precision = "fp32"
+    exact = np.concatenate(embed_sentences(bilm, sentences), axis=1)
+    bilm.precision = precision
+    reduced = np.concatenate(embed_sentences(bilm, sentences), axis=1)
+    bilm.precision = "fp32"
+    assert not np.array_equal(exact, reduced), f"{precision} should actually run in {precision}"
+    return [(np.abs(want - got).max(), cosines(want, got).min()) for want, got in zip(exact, reduced)]
+
+
+def assert_within(errors, max_abs, min_cosine):
+    for layer, ((error, cosine), error_bound, cosine_bound) in enumerate(zip(errors, max_abs, min_cosine)):
+        assert error <= error_bound, f"layer {layer}: max abs error {error:.2e} > {error_bound:.0e}"
+        assert cosine >= cosine_bound, f"layer {layer}: min cosine {cosine:.6f} < {cosine_bound}"
+
+
+def test_int8_is_close_to_fp32_on_the_tiny_preset():
+    # measured: max abs 2.5e-3 / 1.7e-3 / 2.4e-3, min cosine 0.999995 / 0.99996 / 0.99994
+    torch.manual_seed(5)
+    errors = layer_errors(random_bilm("tiny"), SENTENCES, "int8")
+    assert_within(errors, max_abs=[5e-3, 5e-3, 5e-3], min_cosine=[0.99998, 0.9998, 0.9998])
+
+
+def test_int8_is_close_to_fp32_on_the_original_release(fixture_bilm, fixture_sentences):
+    # measured (largest fp32 values 7.1 / 3.0 / 4.6): max abs 0.030 / 0.025 / 0.026,
+    # min cosine 0.99960 / 0.99973 / 0.99992
+    errors = layer_errors(fixture_bilm, fixture_sentences[0], "int8")
+    assert_within(errors, max_abs=[0.06, 0.05, 0.05], min_cosine=[0.999, 0.999, 0.9997])
+
+
 def test_bf16_is_close_to_fp32_on_the_tiny_preset():
     torch.manual_seed(5)
     assert_close_to_fp32(random_bilm("tiny"), SENTENCES)
@@ -40,31 +76,54 @@ def test_bf16_is_close_to_fp32_on_the_original_release(fixture_bilm, fixture_sen
     fixture_bilm.precision = "fp32"
 
 
-def test_bf16_results_do_not_depend_on_batch_companions():
+@pytest.mark.parametrize("precision", REDUCED)
+def test_results_do_not_depend_on_batch_companions(precision):
+    """Alone, or among sentences of other lengths, under any token budget, with or without the
+    token cache: the same bits."""
     torch.manual_seed(6)
     bilm = random_bilm("tiny")
-    bilm.precision = "bf16"
-    together = embed_sentences(bilm, SENTENCES)
-    for sentence, layers in zip(SENTENCES, together):
-        np.testing.assert_array_equal(embed_sentences(bilm, [sentence])[0], layers)
+    bilm.precision = precision
+    alone = [embed_sentences(bilm, [sentence])[0] for sentence in SENTENCES]
+    words = [word for sentence in SENTENCES for word in sentence]
+    rng = random.Random(3)
+    for trial, budget in enumerate((16, 300, 100000)):
+        others = [rng.choices(words, k=rng.randint(1, 20)) for _ in range(16)]
+        bilm.token_cache.capacity = 0 if trial % 2 else 20000
+        together = embed_sentences(bilm, others[:8] + SENTENCES + others[8:], max_batch_tokens=budget)
+        for want, got in zip(alone, together[8:11]):
+            np.testing.assert_array_equal(got, want)
 
 
-def test_switching_back_to_fp32_is_exact_again():
+@pytest.mark.slow
+def test_int8_results_do_not_depend_on_batch_companions_at_original_size():
+    from spacy_elmo import BiLM, BiLMConfig
+
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig.preset("original")).eval()
+    bilm.precision = "int8"
+    alone = embed_sentences(bilm, [SENTENCES[0]])[0]
+    others = [SENTENCES[1][:length] for length in range(1, 10)] * 3
+    np.testing.assert_array_equal(embed_sentences(bilm, others[:9] + [SENTENCES[0]] + others[9:])[9], alone)
+
+
+@pytest.mark.parametrize("precision", REDUCED)
+def test_switching_back_to_fp32_is_exact_again(precision):
     torch.manual_seed(7)
     bilm = random_bilm("tiny")
     exact = embed_sentences(bilm, SENTENCES)
-    bilm.precision = "bf16"
-    embed_sentences(bilm, SENTENCES)  # fills the token cache in bf16
+    bilm.precision = precision
+    assert not np.array_equal(embed_sentences(bilm, SENTENCES)[0], exact[0])  # fills the token cache
     bilm.precision = "fp32"
     for want, got in zip(exact, embed_sentences(bilm, SENTENCES)):
         np.testing.assert_array_equal(got, want)
 
 
-def test_bf16_copies_follow_weights_changed_in_place():
+@pytest.mark.parametrize("precision", REDUCED)
+def test_copies_follow_weights_changed_in_place(precision):
     torch.manual_seed(8)
     bilm, fresh = random_bilm("tiny"), random_bilm("tiny")
-    bilm.precision = fresh.precision = "bf16"
-    embed_sentences(bilm, SENTENCES)  # caches bf16 copies of the old weights
+    bilm.precision = fresh.precision = precision
+    embed_sentences(bilm, SENTENCES)  # caches bf16 or int8 copies of the old weights
     with torch.no_grad():
         for mine, theirs in zip(bilm.parameters(), fresh.parameters()):
             mine.copy_(theirs)
@@ -72,30 +131,158 @@ def test_bf16_copies_follow_weights_changed_in_place():
         np.testing.assert_array_equal(got, want)
 
 
-def test_unknown_precision_and_fused_bf16_are_refused():
+@pytest.mark.parametrize("precision", REDUCED)
+def test_unknown_precision_and_fused_reduced_precision_are_refused(precision):
     bilm = random_bilm("tiny")
-    with pytest.raises(ValueError, match="precision must be one of .*'int4'"):
+    with pytest.raises(ValueError, match="precision must be one of .*'int8'.*got 'int4'"):
         bilm.precision = "int4"
-    bilm.precision, bilm.lstm_path = "bf16", "fused"
-    with pytest.raises(ValueError, match="bf16 runs the step loop"):
+    bilm.precision, bilm.lstm_path = precision, "fused"
+    with pytest.raises(ValueError, match=f"{precision} runs the step loop"):
         embed_sentences(bilm, SENTENCES)
 
 
-def test_the_component_setting(tiny_weights):
+@pytest.mark.parametrize("precision", REDUCED)
+def test_the_component_setting(tiny_weights, precision):
     exact = make_nlp(tiny_weights)("The bank raised its rates.")._.elmo_data
-    reduced = make_nlp(tiny_weights, precision="bf16")("The bank raised its rates.")._.elmo_data
+    reduced = make_nlp(tiny_weights, precision=precision)("The bank raised its rates.")._.elmo_data
     assert not np.array_equal(exact, reduced)
     assert cosines(exact, reduced).min() >= 0.999
     with pytest.raises(ValueError, match="precision must be one of"):
         make_nlp(tiny_weights, precision="fp8")
 
 
-def test_the_setting_travels_with_a_saved_pipeline(tiny_weights, tmp_path):
+@pytest.mark.parametrize("precision", REDUCED)
+def test_the_setting_travels_with_a_saved_pipeline(tiny_weights, tmp_path, precision):
     import spacy
 
-    nlp = make_nlp(tiny_weights, precision="bf16")
+    nlp = make_nlp(tiny_weights, precision=precision)
     expected = nlp("The bank raised its rates.")._.elmo_data
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert loaded.get_pipe("elmo").cfg["precision"] == "bf16"
+    assert loaded.get_pipe("elmo").cfg["precision"] == precision
     np.testing.assert_array_equal(loaded("The bank raised its rates.")._.elmo_data, expected)
+
+
+def test_embed_takes_int8(tmp_path, tiny_weights):
+    import subprocess
+    import sys
+
+    import h5py
+
+    from spacy_elmo.pipeline import assemble_pipeline
+
+    lines = ["The bank raised its rates.", "We sat on the bank of the river. It was warm."]
+    (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "spacy_elmo", "embed", tmp_path / "input.txt", tmp_path / "out.hdf5"]
+    command += ["--weights", tiny_weights]
+    result = subprocess.run([*map(str, command), "--precision", "int8"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    int8_nlp = assemble_pipeline(tiny_weights, elmo_config={"precision": "int8"})
+    exact_nlp = assemble_pipeline(tiny_weights)
+    with h5py.File(tmp_path / "out.hdf5", "r") as output:
+        for index, line in enumerate(lines):
+            np.testing.assert_array_equal(output[str(index)][...], int8_nlp(line)._.elmo_data)
+            assert not np.array_equal(output[str(index)][...], exact_nlp(line)._.elmo_data)
+    refused = subprocess.run([*map(str, command), "--precision", "int4"], capture_output=True, text=True)
+    assert refused.returncode == 1 and "'int8'" in refused.stdout and "got 'int4'" in refused.stdout
+
+
+def test_quantize_rows_scales_each_row_alone_and_a_row_of_zeros_gives_zeros():
+    x = torch.tensor(
+        [[0.0, 0.0, 0.0, 0.0], [1.0, -2.0, 0.3, 4.0], [-254.0, 127.0, 0.0, 1.0], [1e-40, 0.0, -1e-40, 0.0]]
+    )
+    values, scale = quantized.quantize_rows(x)
+    assert values.dtype == torch.int8 and scale.dtype == torch.float32
+    torch.testing.assert_close(scale, torch.tensor([0.0, 4 / 127, 2.0, 0.0]), rtol=1e-6, atol=0)
+    assert values[0].eq(0).all() and values[3].eq(0).all(), "rows of zeros (and subnormals) give zeros, not NaN"
+    assert values.abs().amax(dim=1).tolist() == [0, 127, 127, 0], "each row spans the int8 range"
+    error = (values[:3].float() * scale[:3, None] - x[:3]).abs()
+    assert (error <= scale[:3, None] / 2 * (1 + 1e-6)).all(), "rounded to nearest"
+    assert torch.equal(quantized.quantize_rows(x[1:2])[0], values[1:2]), "a row's scale is its own"
+
+
+def test_int8_linear_is_within_the_quantization_bound_and_rows_are_independent():
+    generator = torch.Generator().manual_seed(3)
+    weight = torch.nn.Parameter(torch.randn(37, 300, generator=generator), requires_grad=False)
+    bias = torch.randn(37, generator=generator)
+    x = torch.randn(20, 300, generator=generator) * torch.rand(20, 1, generator=generator) * 10
+    x[4] = 0  # a padding row
+    got = quantized.linear(x, weight, bias)
+    assert got.dtype == torch.float32 and got.shape == (20, 37) and got.is_contiguous()
+    assert torch.equal(got[4], bias), "a row of zeros gives the bias alone"
+    # |x.w - x^.w^| <= s_x / 2 * |w|_1 + s_w / 2 * |x^|_1 (x^, w^: the dequantized operands)
+    x_values, x_scale = quantized.quantize_rows(x)
+    w_values, w_scale = quantized.quantize_rows(weight)
+    x_hat = x_values.double() * x_scale.double()[:, None]
+    bound = (
+        x_scale.double()[:, None] / 2 * weight.double().abs().sum(1)
+        + w_scale.double() / 2 * x_hat.abs().sum(1)[:, None]
+    )
+    rounding = 1e-6 * (x.double().abs() @ weight.double().abs().t())  # fp32 dequantization
+    error = (got.double() - (x.double() @ weight.double().t() + bias.double())).abs()
+    assert error.max() > 0 and (error <= bound + rounding).all()
+    for rows in (slice(0, 1), slice(3, 5), slice(7, 20)):  # alone or with other companions: same bits
+        assert torch.equal(quantized.linear(x[rows], weight, bias), got[rows])
+
+
+def test_int8_sums_are_exact_integers_for_any_shape():
+    generator = torch.Generator().manual_seed(4)
+    for rows, inner, columns in ((1, 7, 5), (3, 13, 24), (33, 4096, 8)):
+        a = torch.randint(-127, 128, (rows, inner), dtype=torch.int8, generator=generator)
+        b = torch.randint(-127, 128, (columns, inner), dtype=torch.int8, generator=generator)
+        exact = a.long() @ b.long().t()
+        assert torch.equal(quantized.int_mm(a, b.t()).long(), exact)
+    extreme = torch.full((2, 4096), -127, dtype=torch.int8)
+    assert quantized.int_mm(extreme, extreme.t()).eq(4096 * 127 * 127).all(), "no int16 saturation"
+    too_long = torch.nn.Parameter(torch.ones(2, quantized.MAX_K + 1), requires_grad=False)
+    with pytest.raises(ValueError, match="could overflow int32 .* use precision 'bf16' or 'fp32'"):
+        quantized.linear(torch.ones(1, quantized.MAX_K + 1), too_long)
+
+
+def test_int8_copies_are_quarter_size_and_made_once():
+    weight = torch.nn.Parameter(torch.randn(16, 24), requires_grad=False)
+    packed = quantized.quantized_weight(weight)
+    assert packed.values_t.dtype == torch.int8 and packed.values_t.shape == (24, 16)
+    assert packed.values_t.t().is_contiguous(), "column-major, the layout _int_mm is fastest with"
+    assert quantized.quantized_weight(weight) is packed
+    with torch.no_grad():
+        weight.mul_(2)
+    assert quantized.quantized_weight(weight) is not packed
+    torch.testing.assert_close(quantized.quantized_weight(weight).scale, packed.scale * 2)
+
+
+def test_operand_sends_int8_to_the_quantized_path():
+    from spacy_elmo.precision import operand
+
+    with pytest.raises(ValueError, match="run int8 through quantized.linear"):
+        operand(torch.ones(2, 2), "int8")
+
+
+@needs_cuda
+def test_int8_on_cuda_pads_to_the_shapes_cublas_takes():
+    generator = torch.Generator().manual_seed(5)
+    weight = torch.randn(13, 21, generator=generator)
+    x = torch.randn(5, 21, generator=generator)
+    on_cpu = quantized.linear(x, torch.nn.Parameter(weight, requires_grad=False))
+    cuda_weight = torch.nn.Parameter(weight.cuda(), requires_grad=False)
+    on_gpu = quantized.linear(x.cuda(), cuda_weight)
+    assert on_gpu.shape == (5, 13)
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-6, atol=1e-6)
+    a, _ = quantized.quantize_rows(x.cuda())
+    packed = quantized.quantized_weight(cuda_weight)
+    assert packed.values_t.shape == (24, 16), "K and N padded to multiples of 8"
+    exact = quantized.quantize_rows(x)[0].long() @ quantized.quantize_rows(weight)[0].long().t()
+    assert torch.equal(quantized.int_mm(a, packed.values_t)[:, :13].cpu().long(), exact)
+    for rows in (slice(0, 1), slice(2, 5)):
+        assert torch.equal(quantized.linear(x[rows].cuda(), cuda_weight), on_gpu[rows])
+
+
+@needs_cuda
+def test_int8_results_do_not_depend_on_batch_companions_on_cuda():
+    torch.manual_seed(6)
+    bilm = random_bilm("tiny").cuda()
+    bilm.precision = "int8"
+    batch = SENTENCES + [SENTENCES[1][: 1 + k % 9] for k in range(40)]
+    together = embed_sentences(bilm, batch)
+    for sentence, layers in zip(SENTENCES, together):
+        np.testing.assert_array_equal(embed_sentences(bilm, [sentence])[0], layers)
