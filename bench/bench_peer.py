@@ -290,9 +290,9 @@ def update_markdown(report: dict) -> None:
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
         "sentences) after a warm-up, each configuration in its own process; a row's two sides run back to back "
         f"(rows measured {_measured_span(report)}). Command: "
-        '`python bench/bench_bilm.py --peer PEER_DIR`. bf16 rows (`precision = "bf16"`, opt-in) are compared '
-        "with the peer's fp32 and carry their error against our fp32 on the same sentences, per layer: max abs "
-        "difference (and the largest fp32 value) / lowest cosine of a token's two vectors.",
+        '`python bench/bench_bilm.py --peer PEER_DIR`. bf16 and int8 rows (`precision = "bf16"` / `"int8"`, '
+        "opt-in) are compared with the peer's fp32 and carry their error against our fp32 on the same sentences, "
+        "per layer: max abs difference (and the largest fp32 value) / lowest cosine of a token's two vectors.",
         "",
         "| workload | precision | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP "
         "peak RSS (MB) | error vs fp32 (layers 0 / 1 / 2) |",

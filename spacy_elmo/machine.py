@@ -6,7 +6,7 @@ import os
 import platform
 from pathlib import Path
 
-_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+_FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 
 def cpu_model() -> str:
