@@ -92,4 +92,4 @@ def test_centering_measures_raw_against_centred_and_reports_it(tiny_weights, sha
     assert f"| mean removed | {found['anisotropy']['mean removed']['mix: average']:.3f} | " in section
     assert f"{100 * average['dev_accuracy']:.1f} | {100 * average['test_accuracy']:.1f} |" in section
     assert "![raw against centred](centering.png)" in section
-    assert "Vectors from pipeline: a biLM of random weights" in section
+    assert f"Vectors from {report._shown(found['pipeline'])}: a biLM of random weights" in section

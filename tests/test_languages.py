@@ -114,4 +114,4 @@ def test_the_demo_falls_back_to_frequent_content_words_without_a_table(tiny_weig
         demo.word_and_sentence_report(nlp, mixed, static, labels, k=2, n_words=1, reference="held-out text")
     )
     assert "no word list for language 'de'" in report and "no sentence pairs for language 'de'" in report
-    assert "== 'kalender': nearest tokens of held-out text, by vector ==" in report
+    assert "== 'kalender': nearest tokens of held-out text, by cosine of their vectors ==" in report
