@@ -259,7 +259,7 @@ class Elmo(MixListeners, TrainablePipe):
         if text is not None:
             if nlp is None:
                 raise ValueError("elmo: centering_text needs the pipeline: call nlp.initialize(), not the component's.")
-            docs = self._docs_before_me(nlp, text_lines(text))
+            docs = self.docs_from_texts(nlp, text_lines(text))
         else:
             docs = (eg.reference for eg in (get_examples() if get_examples else []))
         try:
@@ -300,8 +300,9 @@ class Elmo(MixListeners, TrainablePipe):
         self.cfg["centering"] = centering.as_config()
         return centering
 
-    def _docs_before_me(self, nlp: Language, texts: Iterable[str]) -> Iterator[Doc]:
-        """Texts through the pipeline's components that come before this one."""
+    def docs_from_texts(self, nlp: Language, texts: Iterable[str]) -> Iterator[Doc]:
+        """Texts through the components of ``nlp`` that come before this one (its sentencizer):
+        the docs ``fit_centering`` reads."""
         earlier = nlp.pipe_names[: nlp.pipe_names.index(self.name)] if self.name in nlp.pipe_names else []
         with nlp.select_pipes(enable=earlier):
             yield from nlp.pipe(texts)

@@ -248,8 +248,7 @@ def _pipeline(settings: EmbedSettings):
     from .weights import CONFIG_FILE
 
     if settings.weights is not None:
-        # the files hold the layers, not token.vector: nothing to centre
-        return assemble_pipeline(settings.weights, settings.lang or "en", elmo_config={"center_vectors": False})
+        return assemble_pipeline(settings.weights, settings.lang or "en")
     path = Path(settings.pipeline)
     if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
         raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")

@@ -38,10 +38,11 @@ def assemble_pipeline(
     """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL);
     ``elmo_config``: more settings of the elmo component; ``centering_docs``: the text the elmo
     component estimates the common direction of its vectors from, as docs of the pipeline's vocab
-    (see ``text_docs``), made when it is initialized."""
+    (see ``text_docs``), made when it is initialized; given, it turns ``center_vectors`` on."""
     nlp = spacy.blank(lang)
     nlp.add_pipe("sentencizer")
-    nlp.add_pipe("elmo", config={"weights": str(weights), **(elmo_config or {})})
+    centring = {"center_vectors": True} if centering_docs else {}
+    nlp.add_pipe("elmo", config={"weights": str(weights), **centring, **(elmo_config or {})})
     nlp.initialize((lambda: (Example(doc, doc) for doc in centering_docs(nlp))) if centering_docs else None)
     nlp.meta.update(name=name, version=version)
     nlp.meta.update(meta or {})
@@ -52,12 +53,7 @@ def text_docs(path: PathLike) -> Callable[[Language], Iterable[Doc]]:
     """The lines of a .txt file (or of a folder's .txt files) as docs, split into sentences by the
     pipeline's components before elmo."""
     lines = text_lines(path)
-
-    def docs(nlp: Language) -> Iterable[Doc]:
-        with nlp.select_pipes(enable=[n for n in nlp.pipe_names if n != "elmo"]):
-            yield from nlp.pipe(lines)
-
-    return docs
+    return lambda nlp: nlp.get_pipe("elmo").docs_from_texts(nlp, lines)
 
 
 def published_pipeline(
@@ -79,9 +75,8 @@ def published_pipeline(
         "url": model.source,
     }
     docs = text_docs(centering_text) if centering_text else None
-    elmo_config = {"center_vectors": True} if centering_text else None
     language = lang or model.spacy_language
-    return assemble_pipeline(weights, language, package_name(model.name), version, meta, elmo_config, docs)
+    return assemble_pipeline(weights, language, package_name(model.name), version, meta, None, docs)
 
 
 def package_name(model_name: str) -> str:

@@ -115,7 +115,7 @@ def test_docs_keep_their_centering_through_docbin(centred_nlp):
     assert back[1].similarity(back[11]) == doc[1].similarity(doc[11])
 
 
-def test_examples_are_the_text_when_none_is_given(tiny_weights):
+def test_examples_are_the_text_when_none_is_given(tiny_weights, tmp_path):
     nlp = make_nlp(tiny_weights, sentencizer=True, center_vectors=False)
     lines = REFERENCE.read_text().splitlines()[:60]
     examples = [Example(doc, doc) for doc in nlp.pipe(lines)]
@@ -129,9 +129,14 @@ def test_examples_are_the_text_when_none_is_given(tiny_weights):
     assert elmo.centering is None, "estimated, but center_vectors is off by default: the hooks stay raw"
     doc = fresh(TEXT)
     np.testing.assert_array_equal(doc[1].vector, doc[1]._.elmo)
+    fresh.to_disk(tmp_path / "pipeline")
+    turned_on = spacy.load(tmp_path / "pipeline", config={"components": {"elmo": {"center_vectors": True}}})
+    doc = turned_on(TEXT)
+    np.testing.assert_allclose(doc[1].vector, centering.apply(doc[1]._.elmo), rtol=1e-6)
+    assert not np.allclose(doc[1].vector, doc[1]._.elmo), "turned on at load, the saved estimate is used"
 
 
-def test_center_vectors_turned_on_at_load_uses_the_saved_estimate(centred_nlp, tmp_path):
+def test_center_vectors_turned_off_at_load_keeps_the_estimate_unused(centred_nlp, tmp_path):
     centred_nlp.to_disk(tmp_path / "pipeline")
     raw = spacy.load(
         tmp_path / "pipeline", config={"components": {"elmo": {"center_vectors": False, "remove_directions": 0}}}

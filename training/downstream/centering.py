@@ -56,11 +56,13 @@ def reference_vectors(nlp, text: Path, max_tokens: int) -> Dict[str, np.ndarray]
 
 
 def estimate_corrections(reference: Dict[str, np.ndarray], directions: List[int]) -> Corrections:
-    """raw, the mean removed, and the mean and the top D directions removed for each D."""
+    """raw, the mean removed, and the mean and the top D directions removed for each D (one
+    principal-direction estimate per kind, its first D rows taken for each D)."""
+    widest = {kind: Centering.estimate(vectors, max(directions, default=0)) for kind, vectors in reference.items()}
     corrections: Corrections = {RAW: {kind: None for kind in reference}}
     for count in [0, *directions]:
         corrections[correction_name(count)] = {
-            kind: Centering.estimate(vectors, count) for kind, vectors in reference.items()
+            kind: Centering(full.mean, full.directions[:count], full.tokens) for kind, full in widest.items()
         }
     return corrections
 

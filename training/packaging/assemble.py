@@ -44,8 +44,6 @@ def assemble(
     if perplexity and Path(perplexity).is_file():
         meta["performance"] = {"bilm_perplexity": json.loads(Path(perplexity).read_text())["perplexity"]}
     docs = corpus_docs(centering_corpus) if centering_corpus else None
-    if centering_corpus:
-        elmo_config = {**(elmo_config or {}), "center_vectors": True}
     nlp = assemble_pipeline(weights, lang, name, version, meta, elmo_config, docs)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     nlp.to_disk(output)

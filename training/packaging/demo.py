@@ -32,6 +32,7 @@ from spacy.tokens import Doc
 from spacy_elmo.io import atomic_write_text
 
 from ..corpus import read_sentences
+from ..downstream.vectors import row_cosines
 
 
 class DemoText(NamedTuple):
@@ -259,13 +260,9 @@ def similarity_report(nlp, pairs: Sequence[Tuple[str, str]]) -> List[str]:
     ]
     for first, second in pairs:
         a, b = nlp(first), nlp(second)
-        raw = f" (raw {_cosine(a._.elmo, b._.elmo):.3f})" if centred else ""
+        raw = f" (raw {row_cosines(a._.elmo[None], b._.elmo[None])[0]:.3f})" if centred else ""
         lines.append(f'  {a.similarity(b):.3f}{raw}  "{first}" ~ "{second}"')
     return lines
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.dot(a, b) / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
 
 def word_and_sentence_report(nlp, mixed, static, labels, k: int, n_words: int, reference: str) -> List[str]:
