@@ -3,17 +3,24 @@ products summed exactly in int32.
 
 A row v (of a weight (N, K), or of an activation (M, K)) becomes ``round(v / s)`` in int8 with
 its own scale ``s = max|v| / 127`` (symmetric; a row of zeros gets scale 0 and zeros).
-``torch._int_mm`` sums the int8 products of a row in int32, exactly: |sum| <= K * 127 * 127,
-below 2**31 for K up to 133,000. So a row's integer result is the same whatever the number of
-rows, the kernel or the thread count: int8 needs neither the fixed shapes nor the K blocks of
-``batch_invariant``. It is turned back into fp32 by a fixed sequence of elementwise IEEE
-operations, ``(sum * s_x) * s_w (+ bias)``, which round alike on every code path (the scale's
-inverse is taken with ``reciprocal``, never by dividing by a broadcast scalar, which ATen may
-compute as a multiplication by the reciprocal for one row and as a division for several).
+The int8 products of a row are summed in int32, exactly: |sum| <= K * 127 * 127, below 2**31
+for K up to 133,000. So a row's integer result is the same whatever the number of rows, the kernel
+or the thread count: int8 needs neither the fixed shapes nor the K blocks of ``batch_invariant``.
+The sums are turned into results by a fixed sequence of elementwise IEEE operations,
+``(fp32(sum) * s_w) * s_x (+ bias)``, which round alike on every code path (the scale's inverse is
+taken with ``reciprocal``, never by dividing by a broadcast scalar, which ATen may compute as a
+multiplication by the reciprocal for one row and as a division for several).
 
-cuBLASLt's int8 GEMM (CUDA) takes more than 16 rows and K, N multiples of 8: there the weight
-copy is padded once with zero rows and columns, and each activation with zero rows and columns,
-which add nothing to the integer sums. CPUs take any shape.
+Two kernels compute ``fp32(sum) * s_w``, with the same bits:
+
+- On CPUs, for weights with K and N of at least 64, oneDNN's int8 linear (AMX or VNNI), given
+  the weight's scales, an activation scale of 1 and zero points of 0: about twice as fast as
+  ``torch._int_mm`` for the LSTM's shapes, a single row included. It is used only where a probe
+  finds exactly these bits for any row count (a kernel that saturated int16 pair sums, as
+  VNNI-less AVX2 kernels may, would fail it).
+- Elsewhere ``torch._int_mm``, then the two steps in fp32. cuBLASLt's int8 GEMM (CUDA) takes more
+  than 16 rows and K, N multiples of 8: there the weight copy is padded once with zero rows and
+  columns, and each activation with zero rows and columns, which add nothing to the integer sums.
 
 The quantized copy of a weight is made once and kept beside it (``weight_copies``), like the
 bfloat16 copies of ``precision``: a quarter of the weight's size.
@@ -21,8 +28,9 @@ bfloat16 copies of ``precision``: a quarter of the weight's size.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -33,21 +41,37 @@ from .weight_copies import derived_copy
 INT8_MAX = 127
 # The longest sum whose int32 total cannot overflow: K * 127 * 127 < 2**31.
 MAX_K = (2**31 - 1) // (INT8_MAX * INT8_MAX)
+# oneDNN sums weights with K and N from this size on: for the char CNN's narrowest filters (K = 16)
+# it falls to a kernel hundreds of times slower than torch._int_mm (measured on AMX), and below
+# 64 torch._int_mm is as fast.
+_ONEDNN_MIN_SIZE = 64
 # cuBLASLt's int8 GEMM: more than 16 rows; K and N multiples of 8.
 _CUDA_MIN_ROWS, _CUDA_MULTIPLE = 17, 8
 
 
+class OneDnnInt8(NamedTuple):
+    """A weight (N, K) prepacked for oneDNN's int8 linear: packed (K, N) int8, with its scales
+    (N,) fp32 and zero points (N,) of 0."""
+
+    packed: Tensor
+    scale: Tensor
+    zeros: Tensor
+
+
 @dataclass(frozen=True)
 class QuantizedWeight:
-    """A weight (N, K) in int8 for ``torch._int_mm``.
+    """A weight (N, K) in int8, in the layout of the kernel that sums it.
 
-    values_t: (K', N') int8, column-major (the transpose of a contiguous (N', K')); K' >= K and
-        N' >= N where the device needs padded shapes (the padding is zeros).
+    values_t: for ``torch._int_mm``: (K', N') int8, column-major (the transpose of a contiguous
+        (N', K')); K' >= K and N' >= N where the device needs padded shapes (the padding is
+        zeros). None where oneDNN sums it.
+    onednn: oneDNN's copy, on CPUs where its exact sums were probed (``onednn_sums_exact``); else None.
     scale: (N,) fp32, one per output channel.
     """
 
-    values_t: Tensor
+    values_t: Optional[Tensor]
     scale: Tensor
+    onednn: Optional[OneDnnInt8] = None
 
     @property
     def out_features(self) -> int:
@@ -85,6 +109,8 @@ def _quantize_weight(weight: Tensor) -> QuantizedWeight:
         )
     with torch.no_grad():
         values, scale = quantize_rows(weight)
+        if weight.device.type == "cpu" and min(weight.shape) >= _ONEDNN_MIN_SIZE and onednn_sums_exact():
+            return QuantizedWeight(values_t=None, scale=scale, onednn=_prepack(values, scale))
         multiple = _CUDA_MULTIPLE if weight.device.type == "cuda" else 1
         padding = (0, -values.shape[1] % multiple, 0, -values.shape[0] % multiple)
         if any(padding):
@@ -105,8 +131,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         raise ValueError(f"x has {x.shape[1]} features but the weight takes {weight.shape[1]}.")
     packed = quantized_weight(weight)
     values, x_scale = quantize_rows(x)
-    sums = int_mm(values, packed.values_t)[:, : packed.out_features]
-    out = sums.to(torch.float32).mul_(x_scale[:, None]).mul_(packed.scale)
+    out = channel_scaled_sums(values, packed).mul_(x_scale[:, None])
     if bias is not None:
         out.add_(bias)
     return out.contiguous()
@@ -124,3 +149,74 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     if any(padding):
         a = F.pad(a, padding)
     return torch._int_mm(a, b)[:rows]
+
+
+def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
+    """``fp32(values @ weight_values.T) * weight.scale``: the exact integer sums, converted to
+    fp32 (rounding to nearest even past 2**24), times each output channel's scale; the same bits
+    on both kernels.
+
+    Args:
+        values: (M, K) int8, any M >= 0.
+    Returns:
+        (M, N) fp32, contiguous.
+    """
+    if weight.onednn is None:
+        sums = int_mm(values, weight.values_t)[:, : weight.out_features]
+        return sums.to(torch.float32).mul_(weight.scale)
+    if values.shape[0] == 0:
+        return values.new_zeros((0, weight.out_features), dtype=torch.float32)
+    return _onednn_scaled_sums(values, weight.onednn)
+
+
+def _prepack(values: Tensor, scale: Tensor) -> OneDnnInt8:
+    """values (N, K) int8 and scale (N,) -> oneDNN's copy of them."""
+    return OneDnnInt8(
+        packed=torch.ops.onednn.qlinear_prepack(values.contiguous(), None),
+        scale=scale.float().contiguous(),
+        zeros=torch.zeros(values.shape[0], dtype=torch.long),
+    )
+
+
+def _onednn_scaled_sums(values: Tensor, weight: OneDnnInt8) -> Tensor:
+    """values (M, K) int8, M >= 1 -> (M, N) fp32 ``fp32(sums) * scale``, through oneDNN."""
+    x_scale, x_zero_point, bias, output_scale, output_zero_point = 1.0, 0, None, 1.0, 0
+    return torch.ops.onednn.qlinear_pointwise(
+        values.contiguous(),
+        x_scale,
+        x_zero_point,
+        weight.packed,
+        weight.scale,
+        weight.zeros,
+        bias,
+        output_scale,
+        output_zero_point,
+        torch.float32,
+        "none",
+        [],
+        "",
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_sums_exact() -> bool:
+    """Whether oneDNN's int8 linear is present and gives ``fp32(exact sums) * scale``, bit for bit,
+    for any number of rows on this CPU: compared with int64 sums on random operands and on rows of
+    +-127 (where a kernel summing pairs in int16 would saturate), for 1 to 300 rows, with K = 64
+    and K = 4099 (sums past 2**24 must round as ``Tensor.to(float32)`` rounds)."""
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
+        return False
+    generator = torch.Generator().manual_seed(0)
+    for inner in (_ONEDNN_MIN_SIZE, 4099):
+        a = torch.randint(-INT8_MAX, INT8_MAX + 1, (300, inner), dtype=torch.int8, generator=generator)
+        w = torch.randint(-INT8_MAX, INT8_MAX + 1, (_ONEDNN_MIN_SIZE, inner), dtype=torch.int8, generator=generator)
+        a[0], a[1], w[0], w[1] = INT8_MAX, -INT8_MAX, INT8_MAX, -INT8_MAX
+        scale = torch.rand(_ONEDNN_MIN_SIZE, generator=generator) / 1000
+        expected = (a.long() @ w.long().t()).to(torch.float32).mul_(scale)
+        try:
+            packed = _prepack(w, scale)
+            if not all(torch.equal(_onednn_scaled_sums(a[:n], packed), expected[:n]) for n in (1, 2, 3, 17, 64, 300)):
+                return False
+        except RuntimeError:  # an op this build of torch lacks or this CPU cannot run
+            return False
+    return True

@@ -241,22 +241,28 @@ def run_step_loop(
     lanes only; the matmuls on those too where any row count gives the same rows, else on the
     whole chunk (idle rows cost time, not results)."""
     matmuls = StepMatmuls(layer, blocking, x.device)
-    multiple = lane_multiple(layer.cells)
-    inputs = matmuls.inputs(torch.cat([x, x.new_zeros(1, x.shape[1])]))  # row N feeds idle lanes
     table = plan.tables[direction]
+    schedule = [plan.groups(step, lane_multiple(layer.cells)) for step in range(plan.n_steps)]
+    # The input projection's rows in the order the steps take them (row N, zeros, feeds idle
+    # lanes): each step then reads a contiguous slice. Rows do not depend on their companions.
+    order = [table[step, first : first + count] for step, groups in enumerate(schedule) for first, count in groups]
+    x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])
+    inputs = matmuls.inputs(x_ext[torch.cat(order)] if order else x_ext[:0])
     h = x.new_zeros(plan.n_lanes, layer.projection_dim)
     c = x.new_zeros(plan.n_lanes, layer.cells)
     final = (start[0].clone(), start[1].clone()) if start is not None else None
     out = x.new_empty(plan.n_tokens + 1, layer.projection_dim)
-    for step in range(plan.n_steps):
+    taken = 0
+    for step, groups in enumerate(schedule):
         for lane, sentence in plan.starts.get(step, ()):
             h[lane] = start[0][sentence] if start is not None else 0
             c[lane] = start[1][sentence] if start is not None else 0
-        for first, count in plan.groups(step, multiple):
+        for first, count in groups:
             rows = count if matmuls.any_rows else plan.width
             lanes = slice(first, first + count)
             tokens = table[step, lanes]
-            gates = matmuls.recurrent(h[first : first + rows])[:count].add_(inputs[tokens])
+            gates = matmuls.recurrent(h[first : first + rows])[:count].add_(inputs[taken : taken + count])
+            taken += count
             hidden = _cell_update(gates, c[lanes], layer.cell_clip)
             if count < rows:
                 hidden = torch.cat([hidden, hidden.new_zeros(rows - count, hidden.shape[1])])

@@ -16,7 +16,9 @@ from torch import Tensor, nn
 
 
 class TokenCache:
-    """Up to ``capacity`` token representations; ``capacity=0`` disables caching."""
+    """Up to ``capacity`` token representations; ``capacity=0`` keeps nothing between calls.
+    Within a call each distinct token is encoded once either way (sentence boundaries and
+    function words repeat in every batch)."""
 
     def __init__(self, capacity: int = 20000) -> None:
         self._lock = threading.RLock()  # one lookup at a time: several threads may share a biLM
@@ -52,7 +54,7 @@ class TokenCache:
         """Representations of ``tokens``: (len(tokens), P). Unknown tokens go through
         ``encode(list_of_strings) -> (n, P)`` once each and are remembered."""
         if self.capacity == 0:
-            return encode(list(tokens))
+            return encode_distinct(tokens, encode)
         with self._lock:
             return self._lookup(tokens, encoder, encode)
 
@@ -123,3 +125,14 @@ class TokenCache:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.RLock()
+
+
+def encode_distinct(tokens: Sequence[str], encode: Callable[[List[str]], Tensor]) -> Tensor:
+    """``encode(tokens)`` (len(tokens), P), with each distinct token encoded once: the char
+    encoder is batch-invariant, so a repeated token's row is bitwise the row it would recompute."""
+    unique = list(dict.fromkeys(tokens))
+    if len(unique) == len(tokens):
+        return encode(list(tokens))
+    rows = encode(unique)
+    position = {token: i for i, token in enumerate(unique)}
+    return rows[torch.tensor([position[token] for token in tokens], device=rows.device, dtype=torch.long)]

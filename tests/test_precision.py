@@ -239,16 +239,58 @@ def test_int8_sums_are_exact_integers_for_any_shape():
         quantized.linear(torch.ones(1, quantized.MAX_K + 1), too_long)
 
 
-def test_int8_copies_are_quarter_size_and_made_once():
-    weight = torch.nn.Parameter(torch.randn(16, 24), requires_grad=False)
+@pytest.mark.parametrize("shape", [(16, 24), (64, 96)])
+def test_int8_copies_are_quarter_size_and_made_once(shape):
+    weight = torch.nn.Parameter(torch.randn(*shape), requires_grad=False)
     packed = quantized.quantized_weight(weight)
-    assert packed.values_t.dtype == torch.int8 and packed.values_t.shape == (24, 16)
-    assert packed.values_t.t().is_contiguous(), "column-major, the layout _int_mm is fastest with"
+    if quantized.onednn_sums_exact() and min(shape) >= 64:
+        assert packed.values_t is None, "one int8 copy only"
+        assert packed.onednn.packed.dtype == torch.int8 and packed.onednn.packed.numel() == weight.numel()
+    else:
+        assert packed.onednn is None, "small weights go to torch._int_mm"
+        assert packed.values_t.dtype == torch.int8 and packed.values_t.shape == shape[::-1]
+        assert packed.values_t.t().is_contiguous(), "column-major, the layout _int_mm is fastest with"
     assert quantized.quantized_weight(weight) is packed
     with torch.no_grad():
         weight.mul_(2)
     assert quantized.quantized_weight(weight) is not packed
     torch.testing.assert_close(quantized.quantized_weight(weight).scale, packed.scale * 2)
+
+
+needs_onednn_int8 = pytest.mark.skipif(
+    not quantized.onednn_sums_exact(), reason="oneDNN's int8 sums are not exact on this machine"
+)
+
+
+@needs_onednn_int8
+def test_onednn_int8_sums_are_exact_for_any_row_count():
+    generator = torch.Generator().manual_seed(5)
+    for inner, columns in ((7, 5), (112, 64), (4096, 24)):
+        a = torch.randint(-127, 128, (70, inner), dtype=torch.int8, generator=generator)
+        b = torch.randint(-127, 128, (columns, inner), dtype=torch.int8, generator=generator)
+        a[0], b[0] = -127, -127  # a sum past 2**24 for K = 4096: converted as Tensor.to rounds
+        scale = torch.rand(columns, generator=generator)
+        weight = quantized.QuantizedWeight(values_t=None, scale=scale, onednn=quantized._prepack(b, scale))
+        expected = (a.long() @ b.long().t()).to(torch.float32) * scale
+        for rows in (slice(0, 1), slice(0, 2), slice(5, 38), slice(0, 70)):
+            assert torch.equal(quantized.channel_scaled_sums(a[rows], weight), expected[rows])
+    assert quantized.channel_scaled_sums(a[:0], weight).shape == (0, 24)
+
+
+@needs_onednn_int8
+def test_int8_results_are_the_same_through_onednn_and_int_mm(monkeypatch):
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(9, 300, generator=generator) * 3
+    bias = torch.randn(80, generator=generator)
+    through_onednn = quantized.linear(x, torch.nn.Parameter(torch.randn(80, 300, generator=generator)), bias)
+    assert quantized.quantized_weight(torch.nn.Parameter(torch.randn(80, 300))).onednn is not None
+    monkeypatch.setattr(quantized, "onednn_sums_exact", lambda: False)
+    generator.manual_seed(6)
+    x = torch.randn(9, 300, generator=generator) * 3
+    bias = torch.randn(80, generator=generator)
+    weight = torch.nn.Parameter(torch.randn(80, 300, generator=generator))
+    assert quantized.quantized_weight(weight).values_t is not None, "the torch._int_mm path"
+    assert torch.equal(quantized.linear(x, weight, bias), through_onednn)
 
 
 def test_operand_sends_int8_to_the_quantized_path():

@@ -29,6 +29,22 @@ def test_cache_is_bounded_and_least_recently_used():
     assert calls[-1] == ["b"] and (cache.hits, cache.misses) == (4, 5)
 
 
+def test_without_a_cache_each_distinct_token_of_a_call_is_encoded_once():
+    bilm = random_bilm()
+    calls = []
+
+    def encode(strings):
+        calls.append(list(strings))
+        return bilm.token_representations(*bilm.encode_tokens(strings))
+
+    flat = ["<S>", "the", "cat", "sat", "on", "the", "mat", "</S>", "<S>", "a", "cat", "</S>"]
+    with torch.no_grad():
+        rows = TokenCache(capacity=0).lookup(flat, bilm.char_encoder, encode)
+        every_token = bilm.token_representations(*bilm.encode_tokens(flat))
+    assert calls == [list(dict.fromkeys(flat))], "each distinct token once, nothing kept"
+    assert torch.equal(rows, every_token), "the same bits as encoding every token"
+
+
 def test_batches_larger_than_the_cache_still_work():
     bilm = random_bilm()
     sentences = [[f"w{i}" for i in range(50)]]
