@@ -69,6 +69,21 @@ def with_this_checkout() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
+def run_report(*arguments: str) -> str:
+    """training.downstream.report's command with ``--output RESULTS.md --results out`` and
+    ``arguments``, in the working directory; the RESULTS.md it wrote."""
+    import typer
+    from typer.testing import CliRunner
+
+    from training.downstream import report
+
+    app = typer.Typer()
+    app.command()(report.main)
+    result = CliRunner().invoke(app, ["--output", "RESULTS.md", "--results", "out", *arguments])
+    assert result.exit_code == 0, result.output
+    return Path("RESULTS.md").read_text()
+
+
 def make_nlp(weights, sentencizer=True, **config):
     import spacy
 

@@ -138,10 +138,7 @@ def test_typed_mix_settings_give_the_dict_that_the_extensions_read():
 
 def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monkeypatch):
     import numpy as np
-    import typer
-    from typer.testing import CliRunner
-
-    from training.downstream import report
+    from conftest import run_report
 
     monkeypatch.chdir(tmp_path)
     metrics = tmp_path / "metrics" / "downstream"
@@ -163,11 +160,7 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
     run("upos", 1, "elmo", [0.80, 0.81, 0.82], layer_weights=[0.2, 0.5, 0.3], gamma=0.9)
     run("ner", 100, "baseline", [0.20])
     run("ner", 100, "elmo", [0.25], layer_weights=[0.3, 0.3, 0.4], gamma=1.1)
-    app = typer.Typer()
-    app.command()(report.main)
-    result = CliRunner().invoke(app, ["--output", "RESULTS.md", "--results", "out"])
-    assert result.exit_code == 0, result.output
-    text = (tmp_path / "RESULTS.md").read_text()
+    text = run_report()
     assert "| 1% | 3 | 72.00 ± 2.00 | 81.00 ± 1.00 | +9.00 |" in text
     assert "| 1 | 20.00 | 25.00 | +5.00 |" in text
     assert "UPOS 1%: softmax(s) = [0.200, 0.500, 0.300], gamma = 0.900" in text
@@ -181,10 +174,7 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
 
 
 def test_report_from_a_recorded_downstream_json(tmp_path, monkeypatch):
-    import typer
-    from typer.testing import CliRunner
-
-    from training.downstream import report
+    from conftest import run_report
 
     monkeypatch.chdir(tmp_path)
     run = {"task": "ner", "size": 100, "score": 0.25, "score_std": 0.0, "seed_scores": [0.25]}
@@ -195,11 +185,6 @@ def test_report_from_a_recorded_downstream_json(tmp_path, monkeypatch):
         "bilm": {"description": "a recorded biLM."},
     }
     (tmp_path / "recorded.json").write_text(json.dumps(recorded))
-    app = typer.Typer()
-    app.command()(report.main)
-    arguments = ["--output", "RESULTS.md", "--results", "out", "--recorded", "recorded.json"]
-    result = CliRunner().invoke(app, arguments)
-    assert result.exit_code == 0, result.output
-    text = (tmp_path / "RESULTS.md").read_text()
+    text = run_report("--recorded", "recorded.json")
     assert "biLM: a recorded biLM." in text and "| 1 | 20.00 | 25.00 | +5.00 |" in text
     assert "| layer 0 | 55.0 | 52.0 |" in text

@@ -9,6 +9,7 @@
 - tasks: ``spacy train`` runs, baseline vs +ELMo, scored on test, mean over seeds.
 - wic: WiC accuracy from ELMo alone, per layer and per mix.
 - similarity: word similarity (Spearman) per layer and per mix.
+- precision: UPOS at 1% with the frozen elmo component in fp32, bf16 and int8 (same seeds).
 - report: RESULTS.md, bench/results/downstream.json and the plot of the learned layer weights.
 
 Shared: metrics (where scores go, metrics/downstream/) and vectors (the ELMo vectors of words, the

@@ -25,10 +25,9 @@ import numpy as np
 import typer
 
 from spacy_elmo.centering import CENTERING_TOKENS, Centering
-from spacy_elmo.io import atomic_write
 
 from ..corpus import read_sentences
-from .metrics import save_metrics
+from .metrics import pyplot, save_metrics, save_plot
 from .similarity import SETS, pair_layers, parse_sets, read_pairs, spearman
 from .vectors import compared_mixes, kind_vectors, row_cosines, word_layers
 from .wic import EXAMPLES, GOLD, accuracies, read_splits, target_layers
@@ -128,13 +127,8 @@ def similarity(nlp, sets: Dict[str, Path], corrections: Corrections) -> Dict[str
 
 def plot(result: Dict, kind: str, path: Path) -> Path:
     """WiC test accuracy and each set's Spearman rho per correction, for one kind of vector."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(result["wic"])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 3.8))
     left.bar(range(len(names)), [100 * result["wic"][n][kind]["test_accuracy"] for n in names], color="tab:blue")
     left.axhline(50, color="grey", linestyle=":", label="chance")
     left.set_ylim(45, max(60, left.get_ylim()[1]))
@@ -149,9 +143,7 @@ def plot(result: Dict, kind: str, path: Path) -> Path:
         axis.set_xticklabels([_short(name) for name in names], fontsize=8)
         axis.set_xlabel("removed: the mean (-mean), and the top D principal directions (+D)", fontsize=8)
     fig.tight_layout()
-    atomic_write(path, lambda temporary: fig.savefig(temporary, format="png", dpi=110))
-    plt.close(fig)
-    return path
+    return save_plot(fig, path)
 
 
 def _short(correction: str) -> str:

@@ -18,7 +18,7 @@ import typer
 from spacy_elmo.io import atomic_write_text
 from spacy_elmo.machine import cpu_description
 
-from .metrics import METRICS, load_metrics
+from .metrics import METRICS, load_metrics, pyplot, save_plot
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -26,7 +26,7 @@ RESULTS = ROOT / "bench" / "results"
 
 def _shown(path: str) -> str:
     """A path as the reader can use it: relative to the repository when inside it or beside it."""
-    relative = os.path.relpath(Path(path).resolve(), ROOT)
+    relative = os.path.relpath(os.path.abspath(path), ROOT)  # a link inside the repository is shown as such
     return relative if not relative.startswith(os.path.join("..", "..")) else str(path)
 
 
@@ -107,10 +107,12 @@ def main(
     bench/results/downstream-layer-weights.png."""
     record = json.loads(recorded.read_text()) if recorded else {}
     runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
+    runs = {name: run for name, run in runs.items() if run.get("precision", "fp32") == "fp32"}  # bf16, int8: section 7
     runs = runs or record.get("runs", {})
     wic_scores = load_metrics("wic") or record.get("wic", {})
     similarity_scores = load_metrics("similarity") or record.get("similarity", {})
     centering = load_metrics("centering") or record.get("centering", {})
+    precision = load_metrics("precision") or record.get("precision", {})
     info = describe_bilm(bilm, perplexity) if bilm else record.get("bilm", {})
     if task_bilm:
         info["finetuning"] = describe_finetuning(task_bilm, task_perplexity, task_perplexity_before)
@@ -119,7 +121,14 @@ def main(
     atomic_write_text(
         results / "downstream.json",
         json.dumps(
-            {"runs": runs, "wic": wic_scores, "similarity": similarity_scores, "centering": centering, "bilm": info},
+            {
+                "runs": runs,
+                "wic": wic_scores,
+                "similarity": similarity_scores,
+                "centering": centering,
+                "precision": precision,
+                "bilm": info,
+            },
             indent=2,
         )
         + "\n",
@@ -128,6 +137,8 @@ def main(
     text = _markdown(runs, wic_scores, similarity_scores, info, plot, output.parent)
     if centering:
         text += centering_section(centering, results / "downstream-centering.png", output.parent)
+    if precision:
+        text += precision_section(precision, results / "downstream-precision.png", output.parent)
     atomic_write_text(output, text)
     typer.echo(f"Wrote {output}")
 
@@ -136,12 +147,7 @@ def _plot_weights(runs: Dict, path: Path) -> Optional[Path]:
     learned = {f"{r['task'].upper()} ({r['size']}%)": r["layer_weights"] for r in runs.values() if "layer_weights" in r}
     if not learned:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = pyplot().subplots(figsize=(7, 3.8))
     n_layers = len(next(iter(learned.values())))
     bar = 0.8 / len(learned)
     for k, (name, weights) in enumerate(sorted(learned.items())):
@@ -153,9 +159,7 @@ def _plot_weights(runs: Dict, path: Path) -> Optional[Path]:
     ax.set_title("Layer weights learned by each task (cf. Figure 2 of the paper)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_plot(fig, path)
 
 
 def _reproduce(info: Dict) -> str:
@@ -296,6 +300,68 @@ def _verdict(result: Dict, kind: str) -> str:
         f"With the mean removed, {kind} scores {'better' if better else 'no better'} than raw: WiC test "
         f"{100 * wic['raw']:.1f} -> {100 * wic[centred]:.1f}, higher on {better_sets} of {len(sets)} word-similarity "
         f"sets; the component's default (`center_vectors = {'true' if better else 'false'}`) follows from this."
+    )
+
+
+def precision_section(result: Dict, plot: Path, home: Path) -> str:
+    """Section 7: UPOS at 1% with the elmo component in each precision (training.downstream.precision)."""
+    per_precision = result["precisions"]
+    seeds = _seeds(*per_precision.values())
+    lines = [
+        "## 7. UPOS at 1% with reduced-precision ELMo",
+        "",
+        f"The +ELMo tagger of section 1 at {result['size']}% of the training data, trained and evaluated with the "
+        "frozen elmo component's matmuls in each precision (its `precision` setting; spacy_elmo/precision.py), by "
+        "training/downstream/precision.py (the workflow's `downstream-precision`). "
+        f"The same biLM pipeline ({_shown(result['pipeline'])}), data, training budget and seeds were used for all "
+        f"{len(per_precision)} precisions; only the precision differs, in training and in evaluation. Mean over seeds "
+        "(± sample standard deviation); training minutes: `spacy train` of one seed, on a machine shared with other "
+        "work. " + _precision_verdict(per_precision),
+        "",
+        *([f"Pipeline {_shown(result['pipeline'])}: {result['note']}", ""] if result.get("note") else []),
+        "| precision | seeds | UPOS test accuracy | difference to fp32 | seed scores | training minutes per seed |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for name, entry in per_precision.items():
+        scores = ", ".join(f"{100 * s:.2f}" for s in entry["seed_scores"])
+        timed = [m for m in entry["train_minutes"] if m is not None]
+        minutes = f"{np.mean(timed):.1f}" if timed else "-"
+        lines.append(
+            f"| {name} | {seeds} | {_score(entry)} | {entry['difference_points']:+.2f} | {scores} | {minutes} |"
+        )
+    if plot.exists():
+        lines += ["", f"![precision]({Path(os.path.relpath(plot.resolve(), home.resolve())).as_posix()})"]
+    return "\n".join(lines + [""])
+
+
+def _precision_verdict(per_precision: Dict) -> str:
+    """For each reduced precision, whether its mean is within the seed-to-seed spread of fp32's:
+    the difference of the means against the larger of the two sample standard deviations."""
+    reference = per_precision["fp32"]
+    if len(reference["seed_scores"]) < 2:
+        return "With one seed there is no seed-to-seed spread to compare the differences with."
+    clauses, lower, higher = [], [], []
+    for name, entry in per_precision.items():
+        if name == "fp32":
+            continue
+        difference = entry["difference_points"]
+        spread = 100 * max(reference["score_std"], entry["score_std"])
+        if abs(difference) <= spread:
+            clauses.append(f"{name} {difference:+.2f} points, within the spread ({spread:.2f})")
+        else:
+            (lower if difference < 0 else higher).append(name)
+            side = "lower" if difference < 0 else "higher"
+            clauses.append(f"{name} {difference:+.2f} points, {side} by more than the spread ({spread:.2f})")
+    if not lower and not higher:
+        conclusion = "reduced precision costs no UPOS accuracy that can be told from seed-to-seed variation."
+    else:
+        verbs = ((lower, "cost"), (higher, "gain"))
+        parts = [f"{' and '.join(names)} {verb}{'' if len(names) > 1 else 's'}" for names, verb in verbs if names]
+        conclusion = f"{'; '.join(parts)} accuracy beyond seed-to-seed variation."
+    return (
+        "Against fp32 (the spread: the larger sample standard deviation of the two): "
+        + "; ".join(clauses)
+        + f". With these seeds, {conclusion}"
     )
 
 

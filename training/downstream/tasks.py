@@ -5,7 +5,8 @@ metrics/downstream/TASK-SIZE-VARIANT.json, with the layer weights the +ELMo mode
     python -m training.downstream.tasks upos 1 elmo --data corpus/downstream --elmo pipelines/elmo-downstream --seeds 3
 
 upos: UPOS accuracy with 1%, 10% or 100% of the training sentences; ner: entity F1. The baseline
-and +ELMo runs of a (task, size) have the same training budget (BUDGETS).
+and +ELMo runs of a (task, size) have the same training budget (BUDGETS). ``--precision bf16|int8``
+runs the frozen elmo component in that precision (training and evaluation), as TASK-SIZE-elmo-PRECISION.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import typer
 
-from .metrics import METRICS, save_metrics
+from .metrics import METRICS, load_metrics, save_metrics
+from .pipeline import precision_parameter, with_precision
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # Training budgets per (task, size): (max_steps, eval_frequency), the same for the baseline and +ELMo.
@@ -45,9 +47,24 @@ def main(
     elmo: Optional[Path] = typer.Option(None, help="The pipeline from training.downstream.pipeline (+ELMo runs)."),
     runs: Path = typer.Option(Path("runs/downstream")),
     seeds: int = typer.Option(1, help="Train with seeds 0..N-1; the score is their mean test score."),
+    precision: str = typer.Option(
+        "fp32",
+        callback=precision_parameter,
+        help="The elmo component's precision (+ELMo runs): fp32, bf16 or int8; runs and scores of bf16 and int8 "
+        "are named TASK-SIZE-elmo-PRECISION.",
+    ),
+    metrics: Path = typer.Option(METRICS, help="Where the scores go (NAME.json, and seeds/ per seed)."),
 ) -> None:
     """spacy train one configuration (once per seed), then spacy evaluate each model on the test split.
     A seed whose model and test scores exist already is not trained again."""
+    check_run(task, size, variant, elmo, seeds, precision)
+    result = run(task, size, variant, data, elmo, runs, seeds, precision, metrics)
+    scores = ", ".join(f"{s:.4f}" for s in result["seed_scores"])
+    typer.echo(f"{run_name(task, size, variant, precision)}: {result['score']:.4f} (seeds: {scores})")
+
+
+def check_run(task: str, size: int, variant: str, elmo: Optional[Path], seeds: int, precision: str = "fp32") -> None:
+    """A usage error unless (task, size, variant) is a known run and the options fit it."""
     if (task, size) not in BUDGETS or variant not in VARIANTS:
         raise typer.BadParameter(
             f"unknown run {task} {size} {variant}; choose from {sorted(BUDGETS)} x {'|'.join(VARIANTS)}."
@@ -56,8 +73,47 @@ def main(
         raise typer.BadParameter("+ELMo runs need --elmo PIPELINE.")
     if seeds < 1:
         raise typer.BadParameter(f"--seeds must be at least 1, got {seeds}.")
+    precision_parameter(precision)
+    if precision != "fp32" and variant != "elmo":
+        raise typer.BadParameter(f"--precision {precision} sets the elmo component's precision: +ELMo runs only.")
+
+
+def run_name(task: str, size: int, variant: str, precision: str = "fp32") -> str:
+    """The name of a configuration's runs and scores: TASK-SIZE-VARIANT, and -PRECISION after it for
+    an elmo component in reduced precision (fp32 keeps the plain name)."""
     name = f"{task}-{size}-{variant}"
-    per_seed = [_train_seed(task, size, variant, data, elmo, runs, seed) for seed in range(seeds)]
+    return name if precision == "fp32" else f"{name}-{precision}"
+
+
+def run(
+    task: str,
+    size: int,
+    variant: str,
+    data: Path,
+    elmo: Optional[Path],
+    runs: Path,
+    seeds: int,
+    precision: str = "fp32",
+    metrics: Path = METRICS,
+) -> Dict:
+    """Train and evaluate seeds 0..seeds-1 (reusing finished ones) and save their mean as
+    ``metrics/NAME.json``; the saved result. With a reduced ``precision`` the elmo component is
+    sourced from a copy of ``elmo`` with that precision set (``pipeline.with_precision``, in
+    RUNS/pipelines/): spaCy keeps a sourced component's saved settings."""
+    name = run_name(task, size, variant, precision)
+    previous = load_metrics(name, metrics).get("train_minutes", [])
+    finished = [_is_finished(runs, metrics, name, seed) for seed in range(seeds)]
+    source = elmo
+    if precision != "fp32" and not all(finished):
+        source = with_precision(elmo, precision, runs / "pipelines" / f"{elmo.name}-{precision}")
+    per_seed = []
+    for seed in range(seeds):
+        if finished[seed]:
+            minutes = previous[seed] if seed < len(previous) else None
+        else:
+            output, scores = _run_dir(runs, name, seed), _scores_path(metrics, name, seed)
+            minutes = _train_seed(task, size, variant, data, source, output, scores, seed)
+        per_seed.append((json.loads(_scores_path(metrics, name, seed).read_text()), minutes))
     test_scores = [scores[TASKS[task].score] for scores, _ in per_seed]
     result = {
         "task": task,
@@ -71,54 +127,74 @@ def main(
         "scores": per_seed[0][0],
     }
     if variant == "elmo":
-        mixes = [learned_mix(_run_dir(runs, name, seed) / "model-best") for seed in range(seeds)]
+        models = [_run_dir(runs, name, seed) / "model-best" for seed in range(seeds)]
+        result["precision"] = _trained_precision(models, precision)
+        mixes = [learned_mix(model) for model in models]
         result["layer_weights"] = [float(w) for w in np.mean([weights for weights, _ in mixes], axis=0)]
         result["gamma"] = float(np.mean([gamma for _, gamma in mixes]))
-    save_metrics(name, result)
-    typer.echo(f"{name}: {result['score']:.4f} (seeds: {', '.join(f'{s:.4f}' for s in test_scores)})")
+    save_metrics(name, result, metrics)
+    return result
 
 
 def _run_dir(runs: Path, name: str, seed: int) -> Path:
     return runs / (name if seed == 0 else f"{name}-seed{seed}")
 
 
+def _scores_path(metrics: Path, name: str, seed: int) -> Path:
+    return metrics / "seeds" / f"{name}-seed{seed}.test.json"
+
+
+def _is_finished(runs: Path, metrics: Path, name: str, seed: int) -> bool:
+    return _scores_path(metrics, name, seed).exists() and (_run_dir(runs, name, seed) / "model-best").exists()
+
+
+def _trained_precision(models: List[Path], expected: str) -> str:
+    """The precision of the elmo component of the trained models (their config.cfg: what spacy
+    evaluate ran and what training ran); an error unless it is ``expected`` in every one."""
+    from spacy.util import load_config
+
+    found = {  # a config from before the setting existed ran in fp32, the only precision then
+        str(model): load_config(model / "config.cfg")["components"]["elmo"].get("precision", "fp32") for model in models
+    }
+    wrong = {model: value for model, value in found.items() if value != expected}
+    if wrong:
+        raise RuntimeError(f"the elmo component of these models does not run in {expected}: {wrong}")
+    return expected
+
+
 def _train_seed(
-    task: str, size: int, variant: str, data: Path, elmo: Optional[Path], runs: Path, seed: int
-) -> Tuple[Dict, Optional[float]]:
-    """(spacy evaluate's test scores, training minutes or None when reused) of one seed."""
-    name = f"{task}-{size}-{variant}"
-    output, scores_path = _run_dir(runs, name, seed), METRICS / "seeds" / f"{name}-seed{seed}.test.json"
-    minutes = None
-    if not (scores_path.exists() and (output / "model-best").exists()):
-        config = CONFIGS / f"{task}-{variant}.cfg"
-        started = time.time()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "spacy",
-                "train",
-                str(config),
-                "--output",
-                str(output),
-                *_overrides(task, size, variant, data, elmo, seed),
-            ],
-            check=True,
-        )
-        minutes = (time.time() - started) / 60
-        scores_path.parent.mkdir(parents=True, exist_ok=True)
-        evaluate = [
+    task: str, size: int, variant: str, data: Path, elmo: Optional[Path], output: Path, scores_path: Path, seed: int
+) -> float:
+    """Train one seed into ``output``, evaluate its best model into ``scores_path``; the training minutes."""
+    config = CONFIGS / f"{task}-{variant}.cfg"
+    started = time.time()
+    subprocess.run(
+        [
             sys.executable,
             "-m",
             "spacy",
-            "evaluate",
-            str(output / "model-best"),
-            str(data / f"{task}-test.spacy"),
+            "train",
+            str(config),
             "--output",
-            str(scores_path),
-        ]
-        subprocess.run(evaluate, check=True)
-    return json.loads(scores_path.read_text()), minutes
+            str(output),
+            *_overrides(task, size, variant, data, elmo, seed),
+        ],
+        check=True,
+    )
+    minutes = (time.time() - started) / 60
+    scores_path.parent.mkdir(parents=True, exist_ok=True)
+    evaluate = [
+        sys.executable,
+        "-m",
+        "spacy",
+        "evaluate",
+        str(output / "model-best"),
+        str(data / f"{task}-test.spacy"),
+        "--output",
+        str(scores_path),
+    ]
+    subprocess.run(evaluate, check=True)
+    return minutes
 
 
 def _overrides(task: str, size: int, variant: str, data: Path, elmo: Optional[Path], seed: int) -> List[str]:
