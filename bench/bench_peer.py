@@ -4,8 +4,10 @@ sentences, same run, same machine.
     bash ../shared/tools/peer-allennlp/setup.sh /tmp/peer      # once: the peer's venv + full-size weights
     python bench/bench_bilm.py --peer /tmp/peer                # or: python bench/bench_peer.py /tmp/peer
 
-Workloads: 1 sentence (20 words), 16 and 64 sentences (the fixture's sentences, as in the peer's
-own benchmark) and 1,000 sentences of real text (shared/data/corpus/valid.txt, spaCy's tokenizer).
+Workloads: 1 sentence (20 words) and 16 sentences (the fixture's sentences, as in the peer's own
+benchmark), 64 and 1,000 sentences of real text (shared/data/corpus/valid.txt, spaCy's tokenizer;
+the fixture has fewer than 64 distinct sentences, and repeats would flatter our char encoder, which
+runs once per distinct token of a call).
 Ours runs the `elmo` component end to end (`nlp.pipe`, spaCy's Doc handling included) on the
 converted full-size random weights (93.6M parameters, original clipping), in exact fp32 and in the
 opt-in bf16 and int8 (with their error against fp32); the peer runs `Elmo` in batches of 64.
@@ -18,6 +20,7 @@ CPU model, the measured GEMM rate and the fp32 roof it implies.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -44,11 +47,11 @@ REPEATS = {"1,000 sentences": 3}
 
 def workload_sentences(name: str) -> list:
     """The token lists of a workload (the peer's own batches for the fixture-sized ones)."""
-    if name == "1,000 sentences":
-        return load_sentences(1000)[0]
+    if name in ("64 sentences", "1,000 sentences"):
+        return load_sentences(int(name.split()[0].replace(",", "")))[0]
     streams = json.loads((FIXTURE / "sentences.json").read_text())
     flat = [line.split() for line in streams[0] + streams[1] + streams[2]]
-    return {"1 sentence": [streams[0][9].split()], "16 sentences": flat[:16], "64 sentences": (flat * 3)[:64]}[name]
+    return {"1 sentence": [streams[0][9].split()], "16 sentences": flat[:16]}[name]
 
 
 def peak_rss_mb() -> float:
@@ -80,10 +83,28 @@ def ours(spec: dict) -> dict:
         times.append(time.perf_counter() - start)
     words = sum(len(s) for s in sentences)
     median = statistics.median(times[1:])
-    report = {"words": words, "median_s": median, "words_per_s": words / median, "peak_rss_mb": peak_rss_mb()}
+    report = {
+        "words": words,
+        "median_s": median,
+        "words_per_s": words / median,
+        "peak_rss_mb": peak_rss_mb(),
+        "distinct_share": distinct_share(sentences, nlp.get_pipe("elmo").cfg["max_batch_tokens"]),
+    }
     if spec["precision"] != "fp32":
         report["error"] = error_against_fp32(bilm, sentences, spec["precision"])
     return report
+
+
+def distinct_share(sentences: list, max_batch_tokens: int) -> float:
+    """Of the tokens the biLM reads (boundaries included), the share its char encoder runs on:
+    each distinct token of a call once (the component's calls: ``batches_by_length``)."""
+    from spacy_elmo.embed import batches_by_length
+
+    tokens = distinct = 0
+    for batch in batches_by_length(sentences, max_batch_tokens):
+        flat = [token for i in batch for token in ("<S>", *sentences[i], "</S>")]
+        tokens, distinct = tokens + len(flat), distinct + len(set(flat))
+    return distinct / tokens
 
 
 def error_against_fp32(bilm, sentences, precision: str) -> list:
@@ -155,18 +176,16 @@ def converted_weights(peer: Path) -> Path:
 
 
 def gemm_roof(threads: int) -> dict:
-    """The fp32 GEMM rate (the step loop's shapes' big brother: 4096 x 4096 by 4096 x 512) and the
-    FLOP of one word through the original-size biLM, counted from its shapes."""
+    """The fp32 GEMM rate (the step loop's shapes' big brother: 4096 x 4096 by 4096 x 512), the
+    FLOP of one word through the original-size biLM counted from its shapes, and what the exact
+    step loop's own matmuls reach on this machine (``step_loop_limits``)."""
     import torch
 
     torch.set_num_threads(threads)
     a, b = torch.randn(4096, 4096), torch.randn(4096, 512)
-    torch.mm(a, b)
-    start, runs = time.perf_counter(), 10
-    for _ in range(runs):
-        torch.mm(a, b)
-    gflops = 2 * 4096 * 4096 * 512 * runs / (time.perf_counter() - start) / 1e9
-    return {"gemm_gflops": gflops, "flop_per_word": flop_per_word(), "roof_words_per_s": gflops * 1e9 / flop_per_word()}
+    gflops = 2 * 4096 * 4096 * 512 / _seconds(lambda: torch.mm(a, b)) / 1e9
+    flop = flop_per_word()
+    return {"gemm_gflops": gflops, "flop_per_word": flop, "roof_words_per_s": gflops * 1e9 / flop, **step_loop_limits()}
 
 
 def flop_per_word(
@@ -180,9 +199,54 @@ def flop_per_word(
 ) -> float:
     """Multiply-adds x 2 per token: LSTM (input, recurrent, projection) for each layer and direction,
     and the char CNN (convolutions over the token's 50 character windows, highways, projection)."""
-    lstm = 2 * layers * 2 * (4 * cells * proj * 2 + cells * proj)
+    lstm = lstm_flop_per_word(cells, proj, layers)
     chars = conv_flop_per_window * windows + highway * 2 * 2 * filters * filters + 2 * filters * proj
     return float(lstm + chars)
+
+
+def step_loop_limits() -> dict:
+    """The exact path's step matmuls (recurrent h (M, P) -> (M, 4H) and projection (M, H) -> (M, P),
+    through ``StepMatmuls`` as the step loop runs them) of the original-size LSTM, at 64 rows and at
+    one row. At 64 rows: their GFLOP/s, and the words/s of the LSTM's matmuls alone (input
+    projection included) at that rate. At one row every step reads the recurrent and projection
+    weights of all 2 x L layers from memory: the GB/s reached, and the words/s that reading alone
+    allows."""
+    import torch
+
+    from spacy_elmo.batch_invariant import Blocking
+    from spacy_elmo.bilm import LstmLayer
+    from spacy_elmo.config import BiLMConfig
+    from spacy_elmo.recurrence import StepMatmuls
+
+    config = BiLMConfig.preset("original")
+    cells, proj, layers = config.lstm_dim, config.projection_dim, config.n_layers
+    step = {}
+    with torch.no_grad():
+        layer = LstmLayer(proj, config)
+        layer.reset_parameters()
+        matmuls = StepMatmuls(layer, Blocking(), torch.device("cpu"))
+        for rows in (64, 1):
+            h, hidden = torch.randn(rows, proj), torch.randn(rows, cells)
+            step[rows] = _seconds(functools.partial(matmuls.recurrent, h))
+            step[rows] += _seconds(functools.partial(matmuls.project, hidden))
+    step_flop = 2 * (4 * cells * proj + cells * proj)  # per row: recurrent + projection
+    lstm_flop = 2 * layers * (2 * 4 * cells * proj + step_flop)  # per word, input projection included
+    step_bytes = (4 * cells * proj + cells * proj) * 4  # fp32 weights one step of one layer reads
+    return {
+        "step_gflops_64_rows": step_flop * 64 / step[64] / 1e9,
+        "lstm_words_per_s_64_rows": step_flop * 64 / step[64] / lstm_flop,
+        "step_gb_per_s_1_row": step_bytes / step[1] / 1e9,
+        "weight_read_words_per_s_1_row": 1 / (2 * layers * step[1]),
+    }
+
+
+def _seconds(call, runs: int = 10) -> float:
+    """Seconds per ``call()``: the mean of ``runs`` calls after one warm-up."""
+    call()
+    start = time.perf_counter()
+    for _ in range(runs):
+        call()
+    return (time.perf_counter() - start) / runs
 
 
 def machine(threads: int) -> str:
@@ -285,7 +349,8 @@ def update_markdown(report: dict) -> None:
         f"### Against the peer (AllenNLP `Elmo`) on CPU ({report['date']})",
         "",
         f"Machine: {report['machine']}. Full-size random weights (93.6M parameters, clipping on) from "
-        "../shared/tools/peer-allennlp, converted for ours; ours is the `elmo` component through `nlp.pipe` "
+        "../shared/tools/peer-allennlp, converted for ours; workloads: 1 and 16 of the fixture's sentences, 64 and "
+        "1,000 sentences of shared/data/corpus/valid.txt; ours is the `elmo` component through `nlp.pipe` "
         "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
         "sentences) after a warm-up, each configuration in its own process; a row's two sides run back to back "
@@ -317,10 +382,57 @@ def update_markdown(report: dict) -> None:
         f"directions, and the char CNN's convolutions over 50 windows, 2 highways and projection), so the roof is "
         f"{roof['roof_words_per_s']:,.0f} words/s.",
         "",
+        *roof_lines(report),
+        "",
         "![against the peer](bench/results/peer-cpu.png)",
         "",
     ]
     write_section("bench_peer:cpu", lines)
+
+
+def roof_lines(report: dict) -> list:
+    """How the exact path stands against the roof, given that the char encoder runs once per
+    distinct token of a call, and what the step loop's own matmuls allow at 64 rows and at one."""
+    roof = report["roof"]
+    if "step_gflops_64_rows" not in roof:
+        return []
+    chars = roof["flop_per_word"] - lstm_flop_per_word()
+    exact = {r["workload"]: r for r in report["rows"] if r["precision"] == "fp32" and r["cache"] == "off"}
+    parts = []
+    for workload, row in exact.items():
+        share, words_per_s = row["ours"]["distinct_share"], row["ours"]["words_per_s"]
+        flop = lstm_flop_per_word() + chars * share
+        parts.append(
+            f"{workload}: distinct tokens {100 * share:.0f}% of the tokens read, {flop / 1e6:.0f} MFLOP run per word, "
+            f"{100 * words_per_s / roof['roof_words_per_s']:.0f}% of the roof, "
+            f"{100 * words_per_s * flop / 1e9 / roof['gemm_gflops']:.0f}% of the GEMM rate on what it runs"
+        )
+    peer = {r["workload"]: r["peer"]["words_per_s"] for r in report["rows"] if r["cache"] == "off"}
+    lines = [
+        "Within a call the char encoder runs once per distinct token (sentence boundaries included; exact, since a "
+        "token's representation does not depend on its companions), so the exact path runs fewer FLOP per word than "
+        "the roof counts. " + "; ".join(parts) + ".",
+        "",
+        f"What the step loop's own matmuls allow here (`roof` in bench/results/peer-cpu.json): at 64 rows the "
+        f"recurrent and projection matmuls run at {roof['step_gflops_64_rows']:.0f} GFLOP/s as the loop runs them, so "
+        f"the LSTM's matmuls alone allow {roof['lstm_words_per_s_64_rows']:,.0f} words/s",
+    ]
+    if "64 sentences" in peer:
+        lines[-1] += f" ({roof['lstm_words_per_s_64_rows'] / peer['64 sentences']:.1f}x the peer at 64 sentences)"
+    lines[-1] += (
+        f". At one row every step reads each layer's fp32 recurrent and projection weights (42 MB) from memory, at "
+        f"{roof['step_gb_per_s_1_row']:.1f} GB/s: that reading alone allows "
+        f"{roof['weight_read_words_per_s_1_row']:,.0f} words/s"
+    )
+    if "1 sentence" in peer:
+        lines[-1] += f" ({roof['weight_read_words_per_s_1_row'] / peer['1 sentence']:.1f}x the peer at one sentence)"
+    lines[-1] += "; int8 reads a quarter of those bytes."
+    return lines
+
+
+def lstm_flop_per_word(cells: int = 4096, proj: int = 512, layers: int = 2) -> float:
+    """The LSTM's share of ``flop_per_word``: input, recurrent and projection matmuls."""
+    return float(2 * layers * 2 * (4 * cells * proj * 2 + cells * proj))
 
 
 def _measured_span(report: dict) -> str:

@@ -108,7 +108,7 @@ def _quantize_weight(weight: Tensor) -> QuantizedWeight:
             "use precision 'bf16' or 'fp32' for this model."
         )
     with torch.no_grad():
-        values, scale = quantize_rows(weight)
+        values, scale = _quantize_in_chunks(weight)
         if weight.device.type == "cpu" and min(weight.shape) >= _ONEDNN_MIN_SIZE and onednn_sums_exact():
             return QuantizedWeight(values_t=None, scale=scale, onednn=_prepack(values, scale))
         multiple = _CUDA_MULTIPLE if weight.device.type == "cuda" else 1
@@ -116,6 +116,16 @@ def _quantize_weight(weight: Tensor) -> QuantizedWeight:
         if any(padding):
             values = F.pad(values, padding)
         return QuantizedWeight(values_t=values.contiguous().t(), scale=scale)
+
+
+def _quantize_in_chunks(weight: Tensor, rows: int = 1024) -> Tuple[Tensor, Tensor]:
+    """``quantize_rows(weight)`` a block of rows at a time: rows are quantized independently, and
+    the fp32 temporaries stay small (whole, they would raise the peak memory by twice the weight)."""
+    values = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], rows):
+        values[start : start + rows], scale[start : start + rows] = quantize_rows(weight[start : start + rows])
+    return values, scale
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:

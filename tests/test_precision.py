@@ -251,6 +251,9 @@ def test_int8_copies_are_quarter_size_and_made_once(shape):
         assert packed.values_t.dtype == torch.int8 and packed.values_t.shape == shape[::-1]
         assert packed.values_t.t().is_contiguous(), "column-major, the layout _int_mm is fastest with"
     assert quantized.quantized_weight(weight) is packed
+    values, scale = quantized.quantize_rows(weight)
+    chunked = quantized._quantize_in_chunks(weight, rows=5)  # how weights are quantized: a block of rows at a time
+    assert torch.equal(chunked[0], values) and torch.equal(chunked[1], scale) and torch.equal(packed.scale, scale)
     with torch.no_grad():
         weight.mul_(2)
     assert quantized.quantized_weight(weight) is not packed
