@@ -165,13 +165,18 @@ def embed(
     shard_lines: int = typer.Option(
         10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."
     ),
-    gpu_id: int = typer.Option(-1, "--gpu-id", help="The GPU to run on (spacy.require_gpu); -1: the CPU."),
+    gpu_id: str = typer.Option(
+        "-1",
+        "--gpu-id",
+        help="The GPU to run on (spacy.require_gpu), or GPUs separated by commas (0,1): one worker "
+        "process on each; -1: the CPU.",
+    ),
 ) -> None:
     """Embed every line of a text file with an ELMo pipeline, or with biLM weights alone, into HDF5.
 
     Shards are written to OUTPUT.shards/ as they finish; after a kill, the same command computes only
     the missing ones. The merged file equals a single-process run."""
-    from .corpus_embed import EmbedSettings, embed_corpus
+    from .corpus_embed import EmbedSettings, embed_corpus, parse_gpu_ids
     from .precision import check_precision
 
     try:
@@ -184,7 +189,7 @@ def embed(
             batch_size=batch_size,
             precision=precision and check_precision(precision),
             shard_lines=shard_lines,
-            gpu_id=gpu_id,
+            gpu_ids=parse_gpu_ids(gpu_id),
         )
         count = embed_corpus(input_file, output_file, settings, processes=processes)
     except (OSError, ValueError, ImportError) as err:

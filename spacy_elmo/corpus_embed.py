@@ -2,11 +2,13 @@
 
     python -m spacy_elmo embed corpus.txt vectors.hdf5 -p PIPELINE --processes 2 --shard-lines 5000
     python -m spacy_elmo embed corpus.txt vectors.hdf5 --weights BILM_DIR_OR_NAME --gpu-id 0
+    python -m spacy_elmo embed corpus.txt vectors.hdf5 -p PIPELINE --gpu-id 0,1,2,3   # one worker per GPU
 
 The vectors come from a spaCy pipeline with an ``elmo`` component, or from biLM weights alone (a
 native biLM directory, a catalogue name or a URL), around which the pipeline a packaged model has
 is assembled: blank(lang) + sentencizer + elmo. Either way every layer is written in float32,
-whatever the component's ``store`` settings. ``gpu_id`` >= 0 runs the biLM on that GPU.
+whatever the component's ``store`` settings. ``gpu_ids`` runs the biLM on GPUs: one, or several
+with one worker process on each (empty: the CPU).
 
 Lines are cut into shards of ``shard_lines`` consecutive lines. Each shard is embedded by one
 worker (a process that loads the pipeline once and runs torch on its share of the cores) and
@@ -28,7 +30,7 @@ import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
@@ -53,14 +55,17 @@ class EmbedSettings:
     shard_lines: int = 10000
     weights: Optional[str] = None
     lang: Optional[str] = None
-    gpu_id: int = -1
+    gpu_ids: Tuple[int, ...] = ()
 
 
 def embed_corpus(source: Path, target: Path, settings: EmbedSettings, processes: int = 1, progress: bool = True) -> int:
     """Embed every line of ``source`` into ``target`` (HDF5) with ``processes`` workers. Returns
-    the number of lines."""
+    the number of lines. With several ``settings.gpu_ids`` there is one worker per GPU: leave
+    ``processes`` at 1 or give their number."""
     _check(settings, processes)
-    use_gpu(settings.gpu_id)
+    processes = max(processes, len(settings.gpu_ids))
+    for gpu_id in settings.gpu_ids:
+        check_gpu(gpu_id)
     lines = read_lines(source)
     runtime = _with_local_weights(settings)  # downloaded once, here, not by every worker
     shards_dir = target.with_name(target.name + ".shards")
@@ -101,6 +106,13 @@ def _check(settings: EmbedSettings, processes: int) -> None:
         )
     if settings.lang is not None and settings.weights is None:
         raise ValueError(f"lang ({settings.lang!r}) goes with --weights; a pipeline has its own language.")
+    if len(settings.gpu_ids) > 1 and processes not in (1, len(settings.gpu_ids)):
+        raise ValueError(
+            f"{len(settings.gpu_ids)} GPUs ({', '.join(map(str, settings.gpu_ids))}) run one worker process each: "
+            f"leave --processes out or give {len(settings.gpu_ids)}, not {processes}."
+        )
+    if len(set(settings.gpu_ids)) != len(settings.gpu_ids) or any(gpu_id < 0 for gpu_id in settings.gpu_ids):
+        raise ValueError(f"GPU ids must be distinct and >= 0, got {list(settings.gpu_ids)}.")
     if processes < 1 or settings.shard_lines < 1 or settings.batch_size < 1:
         raise ValueError(
             f"processes, shard_lines and batch_size must be positive, got {processes}, "
@@ -109,13 +121,14 @@ def _check(settings: EmbedSettings, processes: int) -> None:
 
 
 def _manifest(source: Path, n_lines: int, settings: EmbedSettings) -> dict:
-    return {
+    manifest = {
         "input": str(source),
         "bytes": source.stat().st_size,
         "sha256": sha256_of(source),
         "lines": n_lines,
         **asdict(settings),
     }
+    return json.loads(json.dumps(manifest))  # as read back from the file: tuples become lists
 
 
 def _prepare(shards_dir: Path, manifest: dict) -> None:
@@ -161,7 +174,7 @@ def _write_shard(
 
 
 def _run_here(lines: List[str], todo: List[int], shards_dir: Path, settings: EmbedSettings, bar: tqdm) -> None:
-    nlp = _load(settings)
+    nlp = _load(settings, settings.gpu_ids[0] if settings.gpu_ids else -1)
     for shard in todo:
         _write_shard(
             nlp, _shard_lines(lines, shard, settings.shard_lines), shard, shards_dir, settings, lambda: bar.update(1)
@@ -171,8 +184,11 @@ def _run_here(lines: List[str], todo: List[int], shards_dir: Path, settings: Emb
 def _run_in_processes(lines, todo, shards_dir, settings: EmbedSettings, processes: int, bar: tqdm) -> None:
     threads = max(1, (os.cpu_count() or 1) // processes)
     context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
+    devices = context.Queue()  # each worker takes the next one
+    for device in worker_devices(processes, settings.gpu_ids):
+        devices.put(device)
     with ProcessPoolExecutor(
-        processes, mp_context=context, initializer=_start_worker, initargs=(settings, threads)
+        processes, mp_context=context, initializer=_start_worker, initargs=(settings, threads, devices)
     ) as pool:
         futures = [
             pool.submit(_worker_shard, _shard_lines(lines, k, settings.shard_lines), k, str(shards_dir)) for k in todo
@@ -181,19 +197,44 @@ def _run_in_processes(lines, todo, shards_dir, settings: EmbedSettings, processe
             bar.update(future.result())
 
 
+def worker_devices(processes: int, gpu_ids: Sequence[int]) -> List[int]:
+    """The device of each worker: the GPUs in turn, or the CPU (-1) for all without GPUs."""
+    return [gpu_ids[worker % len(gpu_ids)] if gpu_ids else -1 for worker in range(processes)]
+
+
 _WORKER: dict = {}
 
 
-def _start_worker(settings: EmbedSettings, threads: int) -> None:
+def _start_worker(settings: EmbedSettings, threads: int, devices) -> None:
+    """In a new worker: its threads, the device it takes from the ``devices`` queue, its pipeline."""
     import torch
 
     torch.set_num_threads(threads)
-    _WORKER.update(nlp=_load(settings), settings=settings)
+    gpu_id = devices.get()
+    _WORKER.update(nlp=_load(settings, gpu_id), settings=settings, gpu_id=gpu_id)
 
 
 def _worker_shard(part: List[str], shard: int, shards_dir: str) -> int:
     """In a worker: one shard, given its own lines (the others are not sent)."""
     return _write_shard(_WORKER["nlp"], part, shard, Path(shards_dir), _WORKER["settings"], lambda: None)
+
+
+def parse_gpu_ids(text: str) -> Tuple[int, ...]:
+    """``--gpu-id``: "-1" (the CPU), "0", or "0,1,2" (one worker per GPU) -> the GPU ids."""
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--gpu-id takes a GPU id or ids separated by commas (e.g. 0 or 0,1), got {text!r}.") from None
+    return () if ids == (-1,) else ids
+
+
+def check_gpu(gpu_id: int) -> None:
+    """Raise a clear error where torch sees no CUDA GPU ``gpu_id``."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpu_id >= count:
+        raise _no_such_gpu(gpu_id, f"torch sees {count} CUDA GPU(s)")
 
 
 def use_gpu(gpu_id: int) -> None:
@@ -202,17 +243,16 @@ def use_gpu(gpu_id: int) -> None:
     if gpu_id < 0:
         return
     import spacy
-    import torch
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    problem = f"torch sees {count} CUDA GPU(s)" if gpu_id >= count else None
-    if problem is None:
-        try:
-            spacy.require_gpu(gpu_id)
-            return
-        except ValueError as err:
-            problem = str(err)
-    raise ValueError(
+    check_gpu(gpu_id)
+    try:
+        spacy.require_gpu(gpu_id)
+    except ValueError as err:
+        raise _no_such_gpu(gpu_id, str(err)) from None
+
+
+def _no_such_gpu(gpu_id: int, problem: str) -> ValueError:
+    return ValueError(
         f"gpu_id {gpu_id}: no such CUDA GPU ({problem}). Run on a machine with an NVIDIA GPU and CUDA "
         'support (pip install "spacy-elmo[cuda12x]"), or leave --gpu-id at -1 to run on the CPU.'
     )
@@ -226,10 +266,11 @@ def _with_local_weights(settings: EmbedSettings) -> EmbedSettings:
     return replace(settings, weights=str(resolve_weights(settings.weights)))
 
 
-def _load(settings: EmbedSettings):
+def _load(settings: EmbedSettings, gpu_id: int = -1):
+    """The pipeline, on GPU ``gpu_id`` (-1: the CPU), writing every layer in float32."""
     from .component import Elmo
 
-    use_gpu(settings.gpu_id)
+    use_gpu(gpu_id)
     nlp = _pipeline(settings)
     elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
     if not elmo:

@@ -91,6 +91,44 @@ def test_a_gpu_where_there_is_none_is_a_clear_error(tmp_path, tiny_weights):
     assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.shards").exists()
 
 
+def test_gpu_ids_one_worker_per_gpu(monkeypatch):
+    import queue
+
+    from spacy_elmo import corpus_embed
+    from spacy_elmo.corpus_embed import EmbedSettings, parse_gpu_ids, worker_devices
+
+    assert parse_gpu_ids("-1") == () and parse_gpu_ids("0") == (0,) and parse_gpu_ids("0,2") == (0, 2)
+    with pytest.raises(ValueError, match="ids separated by commas .* got 'gpu0'"):
+        parse_gpu_ids("gpu0")
+    assert (
+        worker_devices(2, (0, 2)) == [0, 2] and worker_devices(2, (1,)) == [1, 1] and worker_devices(2, ()) == [-1, -1]
+    )
+    for gpu_ids, processes, problem in (
+        ((0, 1), 3, "one worker process each: .* give 2, not 3"),
+        ((0, 0), 1, "distinct"),
+    ):
+        with pytest.raises(ValueError, match=problem):
+            corpus_embed._check(EmbedSettings(weights="w", gpu_ids=gpu_ids), processes)
+    loaded = []
+    monkeypatch.setattr(corpus_embed, "_load", lambda settings, gpu_id: loaded.append(gpu_id) or f"nlp on {gpu_id}")
+    devices = queue.Queue()
+    for device in worker_devices(2, (0, 2)):
+        devices.put(device)
+    for _ in range(2):  # what each new worker process does first
+        corpus_embed._start_worker(EmbedSettings(weights="w", gpu_ids=(0, 2)), 1, devices)
+    assert loaded == [0, 2] and corpus_embed._WORKER["nlp"] == "nlp on 2"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_one_worker_per_gpu_writes_what_one_gpu_writes(tmp_path, tiny_weights):
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(LINES * 4) + "\n", encoding="utf-8")
+    one = run_embed(source, tmp_path / "one.hdf5", "-w", tiny_weights, "--gpu-id", 0, "--shard-lines", 3)
+    two = run_embed(source, tmp_path / "two.hdf5", "-w", tiny_weights, "--gpu-id", "0,1", "--shard-lines", 3)
+    assert one.returncode == 0 and two.returncode == 0, one.stdout + two.stdout
+    assert_same_file(tmp_path / "one.hdf5", tmp_path / "two.hdf5")
+
+
 def test_a_pipeline_or_weights(tmp_path, pipeline, tiny_weights):
     from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
 
