@@ -141,6 +141,13 @@ def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     if x.device.type != "cpu":
         return op_(x)
     flat = x.view(-1)
-    for start in range(0, flat.numel(), _SINGLE_THREAD_ELEMENTS):
+    # A slice of exactly threads x _SINGLE_THREAD_ELEMENTS is split by ATen into one such slice
+    # per thread (at::parallel_for: chunks of ceil(n / threads)), so those run in parallel and
+    # every element still sees the code path it sees on one thread.
+    parallel = _SINGLE_THREAD_ELEMENTS * torch.get_num_threads()
+    whole = flat.numel() - flat.numel() % parallel
+    for start in range(0, whole, parallel):
+        op_(flat[start : start + parallel])
+    for start in range(whole, flat.numel(), _SINGLE_THREAD_ELEMENTS):
         op_(flat[start : start + _SINGLE_THREAD_ELEMENTS])
     return x

@@ -29,3 +29,23 @@ def test_layers_are_the_same_with_one_thread_and_with_two():
         torch.set_num_threads(threads)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+def test_elementwise_functions_give_the_same_bits_on_any_thread_count():
+    """Large slices run on every thread (a whole number of single-thread slices each): each
+    element must still take the code path it takes on one thread, wherever it sits."""
+    from spacy_elmo.batch_invariant import _SINGLE_THREAD_ELEMENTS, elementwise_
+
+    threads = torch.get_num_threads()
+    x = torch.randn(7 * _SINGLE_THREAD_ELEMENTS + 123, generator=torch.Generator().manual_seed(3)) * 4
+    one_slice_at_a_time = x.clone()
+    flat = one_slice_at_a_time.view(-1)
+    try:
+        torch.set_num_threads(1)
+        for start in range(0, flat.numel(), _SINGLE_THREAD_ELEMENTS):
+            flat[start : start + _SINGLE_THREAD_ELEMENTS].sigmoid_()
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(elementwise_(torch.Tensor.sigmoid_, x.clone()), one_slice_at_a_time), f"{count} threads"
+    finally:
+        torch.set_num_threads(threads)
