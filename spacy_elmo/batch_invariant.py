@@ -5,10 +5,10 @@ and ATen's elementwise loops send a tensor's tail through scalar code whose ``ex
 differently from the SIMD lanes. Both would make a sentence's vectors depend on its batch
 companions. BLAS also splits long sums (K = 2048 here) across threads, so a result would depend on
 the thread count. Here every GEMM runs on blocks of a fixed shape (zero-padded), long sums are cut
-into fixed K blocks added in a fixed order, and transcendental
-elementwise functions run on single-threaded slices, so each element takes one code path wherever
-it sits. Plain IEEE operations (add, mul, max, clamp) round identically on every path and need no
-care. int8 matmuls (``quantized``) sum integers exactly, so they need no fixed shapes either.
+into fixed K blocks added in a fixed order, and transcendental elementwise functions run on fixed
+slices that one thread takes whole, so each element takes one code path wherever it sits. Plain
+IEEE operations (add, mul, max, clamp) round identically on every path and need no care. int8
+matmuls (``quantized``) sum integers exactly, so they need no fixed shapes either.
 """
 
 from __future__ import annotations
@@ -133,10 +133,10 @@ def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     """Apply an in-place elementwise op (e.g. ``Tensor.sigmoid_``) to a contiguous tensor so that
     every element takes the same code path.
 
-    On CPU the tensor is processed in single-threaded slices of whole SIMD vectors; a scalar tail
-    can only remain at the very end of the tensor. Callers lay data out so that such a tail covers
-    all items alike: ``(features, columns)`` with columns a multiple of 16, or
-    ``(items, features)`` with items a multiple of 32.
+    On CPU each thread processes slices of ``_SINGLE_THREAD_ELEMENTS`` (whole SIMD vectors), as a
+    single thread would; a scalar tail can only remain at the very end of the tensor. Callers lay
+    data out so that such a tail covers all items alike: ``(features, columns)`` with columns a
+    multiple of 16, or ``(items, features)`` with items a multiple of 32.
     """
     if x.device.type != "cpu":
         return op_(x)
