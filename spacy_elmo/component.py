@@ -414,20 +414,23 @@ class Elmo(MixListeners, TrainablePipe):
 class SentenceCache:
     """The layers of recently seen sentences, up to ``capacity`` tokens (0: off), least recently
     used first out. Exact, since a sentence's layers do not depend on its batch; emptied when the
-    component gets another biLM. Saves the frozen biLM from recomputing a training corpus every epoch."""
+    component gets another biLM or runs it in another precision. Saves the frozen biLM from
+    recomputing a training corpus every epoch."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()  # several threads may share the component
         self._entries: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
         self._tokens = 0
-        self._owner: Optional[int] = None
+        self._owner: Optional[Tuple[int, str]] = None
 
     def for_model(self, bilm) -> "SentenceCache":
+        """This cache, emptied first unless its layers came from ``bilm`` in its current precision."""
+        owner = (id(bilm), bilm.precision)
         with self._lock:
-            if id(bilm) != self._owner:
+            if owner != self._owner:
                 self._entries.clear()
-                self._tokens, self._owner = 0, id(bilm)
+                self._tokens, self._owner = 0, owner
         return self
 
     def get(self, sentence: tuple) -> Optional[np.ndarray]:

@@ -271,3 +271,13 @@ def test_sentence_cache_is_exact_bounded_and_follows_the_weights(tiny_weights, t
     before.forward = lambda sentences, f=before.forward: counted.append(len(sentences)) or f(sentences)
     nlp("The cat sat.")
     assert counted == [1], "another biLM: nothing is served from the old cache"
+
+
+def test_sentence_cache_follows_the_precision(tiny_weights):
+    nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
+    text = "The cat sat on the mat."
+    exact = nlp(text)._.elmo_data
+    nlp.get_pipe("elmo").cfg["precision"] = "int8"
+    reduced = nlp(text)._.elmo_data
+    assert np.array_equal(reduced, make_nlp(tiny_weights, precision="int8")(text)._.elmo_data)
+    assert not np.array_equal(reduced, exact), "int8 layers, not the fp32 ones cached before"
