@@ -230,11 +230,11 @@ def step_loop_limits() -> dict:
             step[rows] = _seconds(functools.partial(matmuls.recurrent, h))
             step[rows] += _seconds(functools.partial(matmuls.project, hidden))
     step_flop = 2 * (4 * cells * proj + cells * proj)  # per row: recurrent + projection
-    lstm_flop = 2 * layers * (2 * 4 * cells * proj + step_flop)  # per word, input projection included
     step_bytes = (4 * cells * proj + cells * proj) * 4  # fp32 weights one step of one layer reads
     return {
         "step_gflops_64_rows": step_flop * 64 / step[64] / 1e9,
-        "lstm_words_per_s_64_rows": step_flop * 64 / step[64] / lstm_flop,
+        "lstm_words_per_s_64_rows": step_flop * 64 / step[64] / lstm_flop_per_word(cells, proj, layers),
+        "step_weight_mb": step_bytes / 1e6,
         "step_gb_per_s_1_row": step_bytes / step[1] / 1e9,
         "weight_read_words_per_s_1_row": 1 / (2 * layers * step[1]),
     }
@@ -420,7 +420,8 @@ def roof_lines(report: dict) -> list:
     if "64 sentences" in peer:
         lines[-1] += f" ({roof['lstm_words_per_s_64_rows'] / peer['64 sentences']:.1f}x the peer at 64 sentences)"
     lines[-1] += (
-        f". At one row every step reads each layer's fp32 recurrent and projection weights (42 MB) from memory, at "
+        f". At one row every step reads each layer's fp32 recurrent and projection weights "
+        f"({roof['step_weight_mb']:.0f} MB) from memory, at "
         f"{roof['step_gb_per_s_1_row']:.1f} GB/s: that reading alone allows "
         f"{roof['weight_read_words_per_s_1_row']:,.0f} words/s"
     )

@@ -11,9 +11,8 @@ bf16 matmuls always run on fixed shapes (oneDNN's bf16 kernels change with the r
 
 int8 covers every matmul of inference: the LSTM's input, recurrent and projection weights, and
 the char CNN's convolutions, highways and token projection. The char CNN's share of the error is
-small (on the full-size model it alone moves layer 0 by at most 8e-4, cosine >= 0.99997, and
-leaves the LSTM layers' error as it is) for about 2.7x less time in the char encoder (short
-timings on a loaded machine).
+small: on the full-size model it alone moves layer 0 by at most 8e-4 (cosine >= 0.99997) and
+leaves the LSTM layers' error as it is.
 
 The bfloat16 or int8 copy of a weight is made once and kept beside the weight (dropped with it,
 and remade when the weight changes in place).

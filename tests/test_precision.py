@@ -285,8 +285,9 @@ def test_int8_results_are_the_same_through_onednn_and_int_mm(monkeypatch):
     generator = torch.Generator().manual_seed(6)
     x = torch.randn(9, 300, generator=generator) * 3
     bias = torch.randn(80, generator=generator)
-    through_onednn = quantized.linear(x, torch.nn.Parameter(torch.randn(80, 300, generator=generator)), bias)
-    assert quantized.quantized_weight(torch.nn.Parameter(torch.randn(80, 300))).onednn is not None
+    weight = torch.nn.Parameter(torch.randn(80, 300, generator=generator))
+    through_onednn = quantized.linear(x, weight, bias)
+    assert quantized.quantized_weight(weight).onednn is not None, "the oneDNN path"
     monkeypatch.setattr(quantized, "onednn_sums_exact", lambda: False)
     generator.manual_seed(6)
     x = torch.randn(9, 300, generator=generator) * 3
