@@ -102,21 +102,32 @@ def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor
     return out
 
 
-def linear_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32") -> Tensor:
+def linear_rows(
+    x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32", out: Tensor | None = None
+) -> Tensor:
     """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N).
 
     In int8 in one call (exact integer sums); where oneDNN's fp32 rows do not depend on the row
-    count (``onednn``), in blocks of ``rows`` rows that need no padding; elsewhere on zero-padded
-    blocks of exactly ``rows`` rows."""
+    count (``onednn``), in blocks of ``rows`` rows that need no padding, written into ``out``
+    (M, N) when given (a buffer reused across calls: no fresh pages to fault in); elsewhere on
+    zero-padded blocks of exactly ``rows`` rows."""
     if precision == "int8":
         return quantized.linear(x, weight, bias)
     if rows_any_count(x.device, precision):
         reordered = weight.shape[1] > K_BLOCK  # a plain weight needs no second copy
-        out = x.new_empty(x.shape[0], weight.shape[0])
-        for start in range(0, len(x), rows):  # written in place: no second copy of the output
-            out[start : start + rows] = onednn.linear(x[start : start + rows], weight, precision, reordered)
-    else:
-        out = matmul_rows(x, weight.t(), rows, precision)
+        if out is None:
+            out = x.new_empty(x.shape[0], weight.shape[0])
+        for start in range(0, len(x), rows):  # written in place (with the bias): one pass per block
+            block, target = (
+                onednn.linear(x[start : start + rows], weight, precision, reordered),
+                out[start : start + rows],
+            )
+            if bias is None:
+                target.copy_(block)
+            else:
+                torch.add(block, bias, out=target)
+        return out
+    out = matmul_rows(x, weight.t(), rows, precision)
     if bias is not None:
         out += bias
     return out

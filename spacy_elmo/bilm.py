@@ -372,11 +372,14 @@ class BiLM(nn.Module):
         blocking = self.blocking_for_run()
         if path == "fused" or (path == "auto" and not (clipped or stateful or reduced) and device.type == "cuda"):
             plan = LanePlan.build(lengths, blocking.fused_rows, blocking.fused_steps, device)
-            runner = recurrence.run_fused_blocks
-        else:
-            plan = LanePlan.build(lengths, self._step_width(lengths, blocking, device), 1, device)
-            runner = recurrence.run_step_loop
-        return lambda layer, x, direction, start: runner(layer, x, plan, direction, start, blocking)
+            return lambda layer, x, direction, start: recurrence.run_fused_blocks(
+                layer, x, plan, direction, start, blocking
+            )
+        plan = LanePlan.build(lengths, self._step_width(lengths, blocking, device), 1, device)
+        scratch = recurrence.Scratch()  # the layers run one after another: one input projection buffer
+        return lambda layer, x, direction, start: recurrence.run_step_loop(
+            layer, x, plan, direction, start, blocking, scratch
+        )
 
     def _step_width(self, lengths: List[int], blocking: Blocking, device: torch.device) -> int:
         """Lanes per chunk of the step loop: in int8, and in fp32 through oneDNN, as many as there

@@ -1,10 +1,13 @@
 """oneDNN matmuls whose rows do not depend on the row count, and the lane plan that uses them."""
 
+import os
+
 import pytest
 import torch
 
 from spacy_elmo import onednn
-from spacy_elmo.recurrence import LanePlan, lane_multiple
+from spacy_elmo.batch_invariant import linear_rows
+from spacy_elmo.recurrence import LanePlan, Scratch, lane_multiple
 
 needs_onednn = pytest.mark.skipif(
     not onednn.available(torch.device("cpu")), reason="oneDNN's row-count invariance does not hold on this machine"
@@ -26,6 +29,50 @@ def test_fp32_rows_do_not_depend_on_how_many_rows_a_call_has(in_features, reorde
     exact = x.double() @ weight.double().t()
     relative_error = ((every_row - exact).abs().max() / exact.abs().max()).item()
     assert relative_error < 1e-6
+
+
+@needs_onednn
+def test_long_sums_run_whole_where_the_probe_passes_else_in_blocks(monkeypatch):
+    """K = 1300 > K_BLOCK: one reordered weight and one call where the shape's probe finds rows
+    and thread counts agree (a single row padded to two); K blocks where it does not. Either way
+    any row count gives the same rows."""
+    generator = torch.Generator().manual_seed(4)
+    weight = torch.nn.Parameter(torch.randn(96, 1300, generator=generator), requires_grad=False)
+    x = torch.randn(40, 1300, generator=generator)
+    whole = onednn.whole_sums_invariant(onednn._reorder(weight))
+    assert len(onednn.reordered_blocks(weight)) == (1 if whole else 3)
+    monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: False)
+    monkeypatch.setattr(onednn, "_WHOLE_SUMS", {})
+    blocked = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+    assert [block.shape[1] for block in onednn.reordered_blocks(blocked)] == [512, 512, 276]
+    for parameter in (weight, blocked):
+        every_row = onednn.linear(x, parameter)
+        for rows in (1, 2, 17):
+            assert torch.equal(onednn.linear(x[:rows], parameter), every_row[:rows])
+
+
+@needs_onednn
+def test_the_whole_sum_probe_tells_a_kernel_that_changes_with_the_thread_count(monkeypatch):
+    weight = onednn._reorder(torch.randn(32, 1024))
+    assert onednn._rows_agree_on_every_thread_count(weight, (1, 2))
+    linear = torch.ops.mkldnn._linear_pointwise
+    threads_seen = []
+
+    def thread_dependent(x, W, B, attr, scalars, algorithm):  # noqa: N803 (the op's argument names)
+        threads_seen.append(torch.get_num_threads())
+        return linear(x, W, B, attr, scalars, algorithm) + (torch.get_num_threads() - 1) * 1e-3
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", thread_dependent)
+    threads = torch.get_num_threads()
+    assert not onednn._rows_agree_on_every_thread_count(weight, (1, 2))
+    assert torch.get_num_threads() == threads  # restored
+    assert 2 in threads_seen
+
+
+def test_probed_thread_counts_cover_one_to_the_core_count():
+    counts = onednn.probed_thread_counts()
+    assert counts[0] == 1 and torch.get_num_threads() in counts
+    assert max(counts) >= (os.cpu_count() or 1)
 
 
 @needs_onednn
@@ -82,3 +129,25 @@ def test_lane_multiple_keeps_gate_slices_whole_simd_blocks():
     assert lane_multiple(4096) == 1
     assert lane_multiple(20) == 8
     assert all(cells * lane_multiple(cells) % 32 == 0 for cells in range(1, 100))
+
+
+def test_scratch_hands_out_one_buffer_and_grows_it_when_asked_for_more():
+    scratch = Scratch()
+    like = torch.zeros(1)
+    first = scratch.take(4, 8, like)
+    assert first.shape == (4, 8) and first.dtype == torch.float32
+    assert scratch.take(2, 8, like).data_ptr() == first.data_ptr()  # reused: no fresh pages
+    grown = scratch.take(10, 8, like)
+    assert grown.shape == (10, 8) and grown.data_ptr() != first.data_ptr()
+    assert scratch.take(3, 4, like.double()).dtype == torch.float64
+
+
+@needs_onednn
+def test_linear_rows_writes_into_the_buffer_it_is_given_with_the_bias():
+    generator = torch.Generator().manual_seed(5)
+    x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((9, 64), (48, 64), (48,)))
+    fresh = linear_rows(x, weight, bias, rows=4)
+    buffer = torch.full((9, 48), float("nan"))
+    written = linear_rows(x, weight, bias, rows=4, out=buffer)
+    assert written.data_ptr() == buffer.data_ptr() and torch.equal(written, fresh)
+    assert torch.allclose(fresh, x @ weight.t() + bias, atol=1e-5)
