@@ -92,13 +92,14 @@ class CharEncoder(nn.Module):
     @torch.no_grad()
     def forward_invariant(self, char_ids: Tensor, blocking: Blocking, word_ids: Optional[Tensor] = None) -> Tensor:
         """Batch-invariant path: a token's representation is bitwise independent of the others.
-        Tokens run in blocks of ``blocking.token_block``; the last block is padded to a whole
-        block, or only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
-        functions) where matmul rows do not depend on the row count.
-        char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        Tokens run in blocks of ``blocking.token_block``, the last padded to a whole block; where
+        matmul rows do not depend on the row count, in blocks of ``blocking.token_block_any_rows``,
+        the last padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
+        functions). char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        block = blocking.token_block
-        pad_to = 32 if rows_any_count(char_ids.device, blocking.precision) else block
+        any_rows = rows_any_count(char_ids.device, blocking.precision)
+        block = blocking.token_block_any_rows if any_rows else blocking.token_block
+        pad_to = 32 if any_rows else block
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
         pad_windows = self._pad_windows(blocking.gemm_rows, blocking.precision)
