@@ -128,7 +128,7 @@ def linear_rows(
     if precision == "int8":
         return quantized.linear(x, weight, bias)
     if rows_any_count(x.device, precision):
-        reordered = weight.shape[1] > K_BLOCK  # a plain weight needs no second copy
+        reordered = not onednn.plain_takes(weight, precision)  # a plain weight needs no second copy
         if out is None:
             out = x.new_empty(x.shape[0], weight.shape[0])
         for start in range(0, len(x), rows):  # written in place (with the bias): one pass per block

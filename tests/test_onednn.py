@@ -32,23 +32,35 @@ def test_fp32_rows_do_not_depend_on_how_many_rows_a_call_has(in_features, reorde
 
 
 @needs_onednn
-def test_long_sums_run_whole_where_the_probe_passes_else_in_blocks(monkeypatch):
-    """K = 1300 > K_BLOCK: one reordered weight and one call where the shape's probe finds rows
-    and thread counts agree (a single row padded to two); K blocks where it does not. Either way
-    any row count gives the same rows."""
+@pytest.mark.parametrize("reordered", [True, False])
+def test_long_sums_run_whole_where_the_probe_passes_else_in_blocks(monkeypatch, reordered):
+    """K = 1300 > K_BLOCK: one call over the whole K (a single row padded to two) where the probe
+    finds rows and thread counts agree for the weight's shape and layout; where it does not, K
+    blocks of a reordered copy (a plain weight is refused). Either way any row count gives the
+    same rows."""
     generator = torch.Generator().manual_seed(4)
     weight = torch.nn.Parameter(torch.randn(96, 1300, generator=generator), requires_grad=False)
     x = torch.randn(40, 1300, generator=generator)
-    whole = onednn.whole_sums_invariant(onednn._reorder(weight))
-    assert len(onednn.reordered_blocks(weight)) == (1 if whole else 3)
+    layout = onednn._reorder(weight) if reordered else weight.detach()
+    whole = onednn.whole_sums_invariant(layout, "reordered" if reordered else "plain")
+    if reordered:
+        assert len(onednn.reordered_blocks(weight)) == (1 if whole else 3)
+    else:
+        assert onednn.plain_takes(weight) == whole
+    if whole:
+        every_row = onednn.linear(x, weight, "fp32", reordered)
+        for rows in (1, 2, 17):
+            assert torch.equal(onednn.linear(x[:rows], weight, "fp32", reordered), every_row[:rows])
     monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: False)
     monkeypatch.setattr(onednn, "_WHOLE_SUMS", {})
     blocked = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
     assert [block.shape[1] for block in onednn.reordered_blocks(blocked)] == [512, 512, 276]
-    for parameter in (weight, blocked):
-        every_row = onednn.linear(x, parameter)
-        for rows in (1, 2, 17):
-            assert torch.equal(onednn.linear(x[:rows], parameter), every_row[:rows])
+    assert not onednn.plain_takes(blocked)
+    with pytest.raises(ValueError, match="got K = 1300 in fp32"):
+        onednn.linear(x, blocked, "fp32", reordered=False)
+    every_row = onednn.linear(x, blocked)
+    for rows in (1, 2, 17):
+        assert torch.equal(onednn.linear(x[:rows], blocked), every_row[:rows])
 
 
 @needs_onednn
@@ -97,11 +109,11 @@ def test_reordered_copies_follow_weights_changed_in_place():
     assert torch.equal(onednn.linear(x, weight), before * 2)
 
 
-def test_plain_weights_take_one_k_block_only():
+def test_plain_weights_take_long_sums_in_fp32_only():
     if not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
     with pytest.raises(ValueError, match="K <= 512"):
-        onednn.linear(torch.randn(2, 600), torch.randn(8, 600), reordered=False)
+        onednn.linear(torch.randn(2, 600), torch.randn(8, 600), "bf16", reordered=False)
 
 
 def test_not_available_off_cpu():
