@@ -251,3 +251,32 @@ def test_bitwise_identical_at_original_size(clipped, path, kernels):
     others = corpus_like_sentences(24, seed=11)
     got = embed_sentences(bilm, others[:9] + [target] + others[9:])[9]
     assert np.array_equal(got, alone)
+
+
+def test_embeddings_initialize_as_torch_does_and_skip_it_on_the_meta_device():
+    from spacy_elmo.bilm import embedding
+
+    torch.manual_seed(3)
+    expected = torch.nn.Embedding(12, 5, padding_idx=0).weight
+    torch.manual_seed(3)
+    got = embedding(12, 5, padding_idx=0).weight
+    assert torch.equal(got, expected) and got.requires_grad and not got[0].any()
+
+
+def test_loading_weights_does_not_import_sympy(tmp_path):
+    """A module built on the meta device to receive weights runs no ``normal_`` there: torch's
+    meta ``normal_`` imports sympy (about 70 MB resident). A fresh process, since other tests
+    may have imported it here."""
+    import subprocess
+    import sys
+
+    from spacy_elmo.weights import save_bilm
+
+    save_bilm(random_bilm(vocab_size=20), tmp_path / "bilm")
+    script = (
+        "import sys; from spacy_elmo.weights import load_bilm; "
+        f"load_bilm({str(tmp_path / 'bilm')!r}); print('sympy' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
