@@ -132,10 +132,8 @@ def linear_rows(
         if out is None:
             out = x.new_empty(x.shape[0], weight.shape[0])
         for start in range(0, len(x), rows):  # written in place (with the bias): one pass per block
-            block, target = (
-                onednn.linear(x[start : start + rows], weight, precision, reordered),
-                out[start : start + rows],
-            )
+            block = onednn.linear(x[start : start + rows], weight, precision, reordered)
+            target = out[start : start + rows]
             if bias is None:
                 target.copy_(block)
             else:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -125,7 +125,7 @@ def _reordered(weight: Tensor, precision: str) -> List[Tensor]:
     with torch.no_grad():
         if precision == "fp32" and weight.shape[1] > K_BLOCK:
             whole = _reorder(weight)
-            if whole_sums_invariant(whole, "reordered"):
+            if whole_sums_invariant(weight, "reordered", whole):
                 return [whole]
         blocks = [weight[:, start : start + K_BLOCK] for start in range(0, weight.shape[1], K_BLOCK)]
         return [_reorder(block.to(torch.bfloat16) if precision == "bf16" else block) for block in blocks]
@@ -135,14 +135,20 @@ def _reorder(block: Tensor) -> Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(block.contiguous(), 16)
 
 
-def whole_sums_invariant(weight: Tensor, layout: str) -> bool:
-    """Whether oneDNN's fp32 rows for this weight (N, K), plain or reordered (``layout``), its sum
-    over the whole K in one call, are bitwise the same for any row count from 2 up and any thread
-    count: probed once per shape and layout on the weight itself (no second weight in memory),
-    with the thread counts of ``probed_thread_counts``."""
+def whole_sums_invariant(weight: Tensor, layout: str, laid_out: Optional[Tensor] = None) -> bool:
+    """Whether oneDNN's fp32 rows for a weight of this shape (N, K), plain or reordered
+    (``layout``), its sum over the whole K in one call, are bitwise the same for any row count
+    from 2 up and any thread count: probed once per shape and layout, with the thread counts of
+    ``probed_thread_counts``, on the weight itself (``laid_out``: ``weight`` in that layout; no
+    second weight in memory) unless it is too sparse to show the order of its sums (then on a
+    random one)."""
     key = (tuple(weight.shape), layout, probed_thread_counts())
     if key not in _WHOLE_SUMS:
-        _WHOLE_SUMS[key] = _rows_agree_on_every_thread_count(weight, key[-1])
+        probe = laid_out if laid_out is not None else weight
+        if int(weight.count_nonzero()) < weight.numel() // 2:
+            probe = torch.randn(weight.shape, generator=torch.Generator().manual_seed(0))
+            probe = _reorder(probe) if layout == "reordered" else probe
+        _WHOLE_SUMS[key] = _rows_agree_on_every_thread_count(probe, key[-1])
     return _WHOLE_SUMS[key]
 
 

@@ -41,8 +41,8 @@ def test_long_sums_run_whole_where_the_probe_passes_else_in_blocks(monkeypatch, 
     generator = torch.Generator().manual_seed(4)
     weight = torch.nn.Parameter(torch.randn(96, 1300, generator=generator), requires_grad=False)
     x = torch.randn(40, 1300, generator=generator)
-    layout = onednn._reorder(weight) if reordered else weight.detach()
-    whole = onednn.whole_sums_invariant(layout, "reordered" if reordered else "plain")
+    laid_out = onednn._reorder(weight) if reordered else weight.detach()
+    whole = onednn.whole_sums_invariant(weight.detach(), "reordered" if reordered else "plain", laid_out)
     if reordered:
         assert len(onednn.reordered_blocks(weight)) == (1 if whole else 3)
     else:
@@ -79,6 +79,20 @@ def test_the_whole_sum_probe_tells_a_kernel_that_changes_with_the_thread_count(m
     assert not onednn._rows_agree_on_every_thread_count(weight, (1, 2))
     assert torch.get_num_threads() == threads  # restored
     assert 2 in threads_seen
+
+
+@needs_onednn
+def test_the_whole_sum_probe_does_not_trust_a_sparse_weight(monkeypatch):
+    """A zero weight gives zeros in any summation order: the probe runs on a random weight of the
+    same shape instead, so its verdict holds for the other weights of that shape."""
+    probed = []
+    monkeypatch.setattr(onednn, "_WHOLE_SUMS", {})
+    monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: probed.append(weight))
+    onednn.whole_sums_invariant(torch.zeros(48, 1100), "plain")
+    assert probed[0].shape == (48, 1100) and bool(probed[0].count_nonzero() > 48 * 1100 // 2)
+    dense = torch.randn(48, 1200)
+    onednn.whole_sums_invariant(dense, "plain")
+    assert probed[1] is dense
 
 
 def test_probed_thread_counts_cover_one_to_the_core_count():
