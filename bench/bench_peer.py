@@ -219,18 +219,10 @@ def step_loop_limits() -> dict:
     allows."""
     import torch
 
-    from spacy_elmo.batch_invariant import Blocking
-    from spacy_elmo.bilm import LstmLayer
-    from spacy_elmo.config import BiLMConfig
-    from spacy_elmo.recurrence import StepMatmuls
-
-    config = BiLMConfig.preset("original")
+    config, matmuls = original_step_matmuls()
     cells, proj, layers = config.lstm_dim, config.projection_dim, config.n_layers
     step = {}
     with torch.no_grad():
-        layer = LstmLayer(proj, config)
-        layer.reset_parameters()
-        matmuls = StepMatmuls(layer, Blocking(), torch.device("cpu"))
         for rows in (64, 1):
             h, hidden = torch.randn(rows, proj), torch.randn(rows, cells)
             step[rows] = _seconds(functools.partial(matmuls.recurrent, h))
@@ -257,20 +249,16 @@ def schedule_limit(sentences: list) -> dict:
     import torch
 
     from spacy_elmo.batch_invariant import Blocking
-    from spacy_elmo.bilm import LstmLayer
-    from spacy_elmo.config import BiLMConfig
-    from spacy_elmo.recurrence import LanePlan, Scratch, StepMatmuls, lane_multiple
+    from spacy_elmo.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
 
-    config = BiLMConfig.preset("original")
+    config, matmuls = original_step_matmuls()
     lengths = [len(sentence) + 2 for sentence in sentences]  # with the sentence boundaries
-    multiple = lane_multiple(config.lstm_dim)
-    width = -(-min(Blocking().step_lanes, len(lengths)) // multiple) * multiple  # as BiLM._step_width
+    width = step_lanes_for(lengths, Blocking().step_lanes, config.lstm_dim)  # as the biLM picks it
     plan = LanePlan.build(lengths, width, 1, torch.device("cpu"))
+    multiple = lane_multiple(config.lstm_dim)
     rows = [count for step in range(plan.n_steps) for _, count in plan.groups(step, multiple)]
+    scratch = Scratch()
     with torch.no_grad():
-        layer = LstmLayer(config.projection_dim, config)
-        layer.reset_parameters()
-        matmuls, scratch = StepMatmuls(layer, Blocking(), torch.device("cpu")), Scratch()
         x = torch.randn(sum(lengths), config.projection_dim)
         h, hidden = torch.randn(max(rows), config.projection_dim), torch.randn(max(rows), config.lstm_dim)
 
@@ -283,6 +271,23 @@ def schedule_limit(sentences: list) -> dict:
         seconds = _seconds(one_layer, runs=3)
     words = sum(len(sentence) for sentence in sentences)
     return {"schedule_steps_64": plan.n_steps, "lstm_schedule_words_per_s_64": words / (2 * config.n_layers * seconds)}
+
+
+def original_step_matmuls():
+    """The original-size config and ``StepMatmuls`` of one of its LSTM layers (random weights,
+    exact fp32, CPU): the step loop's matmuls as it runs them."""
+    import torch
+
+    from spacy_elmo.batch_invariant import Blocking
+    from spacy_elmo.bilm import LstmLayer
+    from spacy_elmo.config import BiLMConfig
+    from spacy_elmo.recurrence import StepMatmuls
+
+    config = BiLMConfig.preset("original")
+    layer = LstmLayer(config.projection_dim, config)
+    with torch.no_grad():
+        layer.reset_parameters()
+    return config, StepMatmuls(layer, Blocking(), torch.device("cpu"))
 
 
 def _seconds(call, runs: int = 10) -> float:

@@ -402,9 +402,7 @@ class BiLM(nn.Module):
         fixed ``step_columns`` (bf16: measured 32 as the best balance of one sentence and many)."""
         if not rows_any_count(device, self._precision):
             return blocking.step_columns
-        multiple = recurrence.lane_multiple(self.config.lstm_dim)
-        sentences = max(1, min(blocking.step_lanes, sum(1 for length in lengths if length)))
-        return -(-sentences // multiple) * multiple
+        return recurrence.step_lanes_for(lengths, blocking.step_lanes, self.config.lstm_dim)
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -57,16 +57,10 @@ def _probe_passes() -> bool:
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(96, K_BLOCK, generator=generator)
     x = torch.randn(300, K_BLOCK, generator=generator)
-    try:
-        every_row = _linear_blocks(x, [_reorder(weight)])
-        for rows in (1, 2, 3, 7, 16, 17, 33, 64, 129):
-            if not torch.equal(_linear_blocks(x[:rows], [_reorder(weight)]), every_row[:rows]):
-                return False
-            if rows > 1 and not torch.equal(_linear_blocks(x[:rows], [weight]), every_row[:rows]):
-                return False
-    except RuntimeError:  # an op this build of torch lacks
-        return False
-    return True
+    reordered = functools.partial(_linear_blocks, blocks=[_reorder(weight)])
+    plain = functools.partial(_linear_blocks, blocks=[weight])
+    rows = (1, 2, 3, 7, 16, 17, 33, 64, 129)
+    return _rows_agree(reordered, x, rows) and _rows_agree(plain, x, rows[1:], reference=reordered)
 
 
 def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool = True) -> Tensor:
@@ -79,24 +73,23 @@ def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool =
     Returns:
         (M, N) fp32.
     """
-    rows = x.shape[0]
     if not reordered:
         if not plain_takes(weight, precision):
             raise ValueError(
                 f"A plain weight takes K <= {K_BLOCK}, or a longer K in fp32 where the whole-sum probe passes; "
                 f"got K = {weight.shape[1]} in {precision}. Use reordered=True."
             )
-        if rows == 1:
-            x = torch.cat([x, x.new_zeros(1, x.shape[1])])
-        return _linear_blocks(operand(x.contiguous(), precision), [operand(weight, precision)])[:rows]
-    return _linear_blocks(operand(x.contiguous(), precision), reordered_blocks(weight, precision))
+        return _linear_blocks(operand(x.contiguous(), precision), [operand(weight, precision)], two_rows=True)
+    blocks = reordered_blocks(weight, precision)
+    return _linear_blocks(operand(x.contiguous(), precision), blocks, two_rows=blocks[0].shape[1] > K_BLOCK)
 
 
-def _linear_blocks(x: Tensor, blocks: List[Tensor]) -> Tensor:
+def _linear_blocks(x: Tensor, blocks: List[Tensor], two_rows: bool = False) -> Tensor:
     """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded).
-    A block longer than K_BLOCK (a weight reordered whole) takes at least two rows."""
+    ``two_rows``: a single row is padded to two, where oneDNN would take another kernel (a GEMV)
+    for one row: a plain weight, or a reordered one longer than K_BLOCK."""
     rows = x.shape[0]
-    if rows == 1 and blocks[0].shape[1] > K_BLOCK:
+    if rows == 1 and two_rows:
         x = torch.cat([x, x.new_zeros(1, x.shape[1])])
     out, start = None, 0
     for block in blocks:
@@ -168,12 +161,26 @@ def _rows_agree_on_every_thread_count(weight: Tensor, thread_counts: Tuple[int, 
     linear = functools.partial(
         torch.ops.mkldnn._linear_pointwise, W=weight, B=None, attr="none", scalars=[], algorithm=""
     )
+    return _rows_agree(linear, x, _PROBED_ROWS, thread_counts)
+
+
+def _rows_agree(
+    linear: Callable[[Tensor], Tensor],
+    x: Tensor,
+    rows: Sequence[int],
+    thread_counts: Sequence[int] = (),
+    reference: Optional[Callable[[Tensor], Tensor]] = None,
+) -> bool:
+    """Whether ``linear(x[:n])`` is bitwise the first n rows of ``reference(x)`` (default
+    ``linear``, all of x at the current thread count) for each n in ``rows``, at each of
+    ``thread_counts`` (none: the current one). False where an op is missing; the thread count is
+    restored."""
     threads = torch.get_num_threads()
     try:
-        every_row = linear(x)
-        for count in thread_counts:
+        every_row = (reference or linear)(x)
+        for count in thread_counts or (threads,):
             torch.set_num_threads(count)
-            if not all(torch.equal(linear(x[:rows]), every_row[:rows]) for rows in _PROBED_ROWS):
+            if not all(torch.equal(linear(x[:n]), every_row[:n]) for n in rows):
                 return False
     except RuntimeError:  # an op this build of torch lacks
         return False

@@ -250,6 +250,14 @@ def lane_multiple(cells: int) -> int:
     return 32 // math.gcd(cells, 32)
 
 
+def step_lanes_for(lengths: Sequence[int], most: int, cells: int) -> int:
+    """Lanes per chunk of the step loop where any row count gives the same rows: as many as there
+    are sentences (empty ones aside), at most ``most``, rounded up to ``lane_multiple(cells)``."""
+    multiple = lane_multiple(cells)
+    sentences = max(1, min(most, sum(1 for length in lengths if length)))
+    return -(-sentences // multiple) * multiple
+
+
 def run_step_loop(
     layer,
     x: Tensor,

@@ -178,10 +178,16 @@ def test_token_blocks_of_any_size_give_the_same_bits_where_rows_do_not_depend_on
     tokens = sorted({token for sentence in corpus_like_sentences(40, seed=6) for token in sentence})
     assert len(tokens) > 64
     char_ids, word_ids = bilm.encode_tokens(tokens)
+    encoder = bilm.char_encoder
+    blocks = []
+    encode_block = encoder._encode_block
+    encoder._encode_block = lambda ids, *rest: blocks.append(len(ids)) or encode_block(ids, *rest)
     with torch.no_grad():
         one_block = bilm.token_representations(char_ids, word_ids)
+        assert len(blocks) == 1  # the default block (256) takes them all
         bilm.blocking = Blocking(token_block_any_rows=32)
         many_blocks = bilm.token_representations(char_ids, word_ids)
+    assert blocks[1:] == [32] * (len(blocks) - 1) and len(blocks) - 1 == -(-len(tokens) // 32)
     assert torch.equal(one_block, many_blocks)
 
 

@@ -7,7 +7,7 @@ import torch
 
 from spacy_elmo import onednn
 from spacy_elmo.batch_invariant import linear_rows
-from spacy_elmo.recurrence import LanePlan, Scratch, lane_multiple
+from spacy_elmo.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
 
 needs_onednn = pytest.mark.skipif(
     not onednn.available(torch.device("cpu")), reason="oneDNN's row-count invariance does not hold on this machine"
@@ -149,6 +149,13 @@ def test_lanes_are_numbered_busiest_first_and_groups_hold_the_working_ones():
     assert two_chunks.groups(6) == [(0, 2)]
     forward = plan.tables["forward"]
     assert forward[6, 0] == 3 + 6  # the 7-token sentence (tokens 3..9) on lane 0
+
+
+def test_step_lanes_follow_the_sentences_up_to_the_most_in_whole_lane_multiples():
+    assert step_lanes_for([3, 0, 5], most=128, cells=4096) == 2  # empty sentences take no lane
+    assert step_lanes_for([1] * 200, most=128, cells=4096) == 128
+    assert step_lanes_for([2, 2, 2], most=128, cells=20) == 8  # lane_multiple(20)
+    assert step_lanes_for([], most=128, cells=4096) == 1
 
 
 def test_lane_multiple_keeps_gate_slices_whole_simd_blocks():
