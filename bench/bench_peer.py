@@ -13,8 +13,8 @@ converted full-size random weights (93.6M parameters, original clipping), in exa
 opt-in bf16 and int8 (with their error against fp32); the peer runs `Elmo` in batches of 64.
 "cache warm": ours starts from a token cache holding the workload's words, the peer uses
 `vocab_to_cache` with the same words. Each configuration runs in its own process (its own peak
-RSS). Writes bench/results/peer-cpu.json and .png and the peer section of BENCHMARKS.md, with the
-CPU model, the measured GEMM rate and the fp32 roof it implies.
+RSS). Writes bench/results/peer-cpu.json and .png (peer-cpu-capped-CAP.* with --cap) and the peer
+section of BENCHMARKS.md, with the CPU model, the measured GEMM rate and the fp32 roof it implies.
 """
 
 from __future__ import annotations
@@ -43,6 +43,23 @@ RESULTS = ROOT / "bench" / "results"
 WORKLOADS = ["1 sentence", "16 sentences", "64 sentences", "1,000 sentences"]
 CONFIGURATIONS = [("fp32", False), ("fp32", True), ("bf16", False), ("int8", False)]  # (precision, cache warm)
 REPEATS = {"1,000 sentences": 3}
+
+
+# --cap NAME: the kernel caps that make this machine run as a lesser CPU would (oneDNN, ATen and MKL
+# each read their own variable); rows measured so are labelled capped, not as another CPU.
+CAPS = {
+    "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "AVX512_CORE": {
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+    },
+}
+
+
+def results_name(cap: str | None) -> str:
+    """bench/results/<name>.json/.png and the BENCHMARKS.md section of a run, capped or not."""
+    return f"peer-cpu-capped-{cap}" if cap else "peer-cpu"
 
 
 def workload_sentences(name: str) -> list:
@@ -90,6 +107,7 @@ def ours(spec: dict) -> dict:
         "peak_rss_mb": peak_rss_mb(),
         "distinct_share": distinct_share(sentences, nlp.get_pipe("elmo").cfg["max_batch_tokens"]),
     }
+    report["runs"], report["kernel"] = bilm.precision, bilm.precision_choice.kernel  # fp32 where it fell back
     if spec["precision"] != "fp32":
         report["error"] = error_against_fp32(bilm, sentences, spec["precision"])
     return report
@@ -344,10 +362,17 @@ def run_all(peer: Path, threads: int, workloads: list = WORKLOADS) -> dict:
                 f"AllenNLP {theirs['words_per_s']:8.1f} -> {row['ratio']:.2f}x",
                 flush=True,
             )
-    return {"machine": machine(threads), "date": time.strftime("%Y-%m-%d"), "roof": gemm_roof(threads), "rows": rows}
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or None
+    return {
+        "machine": machine(threads),
+        "capped": cap,
+        "date": time.strftime("%Y-%m-%d"),
+        "roof": gemm_roof(threads),
+        "rows": rows,
+    }
 
 
-def rerun(peer: Path, threads: int, workloads: list) -> dict:
+def rerun(peer: Path, threads: int, workloads: list, cap: str | None = None) -> dict:
     """The last report with the rows of ``workloads`` measured again (each row's two sides still
     run back to back; a row says when)."""
     by_count = {w.split()[0].replace(",", ""): w for w in WORKLOADS}
@@ -355,8 +380,11 @@ def rerun(peer: Path, threads: int, workloads: list) -> dict:
     if unknown:
         raise SystemExit(f"Unknown workloads {unknown}; choose sentence counts from {list(by_count)}.")
     workloads = [by_count[w] for w in workloads]
-    previous = json.loads((RESULTS / "peer-cpu.json").read_text())
     fresh = run_all(peer, threads, workloads)
+    previous_file = RESULTS / f"{results_name(cap)}.json"
+    if not previous_file.is_file():
+        return fresh
+    previous = json.loads(previous_file.read_text())
     kept = {(r["workload"], r["precision"], r["cache"]): r for r in previous["rows"]}
     kept.update({(r["workload"], r["precision"], r["cache"]): r for r in fresh["rows"]})
     order = [(w, p, "warm" if c else "off") for w in WORKLOADS for p, c in CONFIGURATIONS]
@@ -367,8 +395,9 @@ def write_outputs(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     from spacy_elmo.io import atomic_write_json
 
-    atomic_write_json(RESULTS / "peer-cpu.json", report)
-    plot(report, RESULTS / "peer-cpu.png")
+    name = results_name(report.get("capped"))
+    atomic_write_json(RESULTS / f"{name}.json", report)
+    plot(report, RESULTS / f"{name}.png")
     update_markdown(report)
 
 
@@ -386,7 +415,8 @@ def plot(report: dict, path: Path) -> None:
     for bar, ratio in zip(bars, ratios):
         ax.text(bar.get_x() + bar.get_width() / 2, ratio, f"{ratio:.2f}x", ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("words/s of ours / words/s of AllenNLP")
-    ax.set_title(f"elmo component vs AllenNLP Elmo, same weights and run\n{report['machine']}", fontsize=8)
+    capped = f" (CAPPED at {report['capped']}: simulating a lesser CPU)" if report.get("capped") else ""
+    ax.set_title(f"elmo component vs AllenNLP Elmo, same weights and run{capped}\n{report['machine']}", fontsize=8)
     ax.tick_params(axis="x", labelsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -394,19 +424,29 @@ def plot(report: dict, path: Path) -> None:
 
 
 def update_markdown(report: dict) -> None:
-    roof = report["roof"]
+    roof, cap, name = report["roof"], report.get("capped"), results_name(report.get("capped"))
+    title = f"capped at {cap}, simulating a lesser CPU" if cap else "uncapped"
+    command_cap = f" --cap {cap}" if cap else ""
+    simulated = (
+        f"**Capped run**: oneDNN, ATen and MKL limited to {cap} (`--cap {cap}`: {', '.join(CAPS[cap])}) on the "
+        "machine below, both sides alike; the figures simulate that CPU class's kernels, not its clock, caches or "
+        "memory. "
+        if cap
+        else ""
+    )
     lines = [
-        f"### Against the peer (AllenNLP `Elmo`) on CPU ({report['date']})",
+        f"### Against the peer (AllenNLP `Elmo`) on CPU, {title} ({report['date']})",
         "",
-        f"Machine: {report['machine']}. Full-size random weights (93.6M parameters, clipping on) from "
+        f"{simulated}Machine: {report['machine']}. Full-size random weights (93.6M parameters, clipping on) from "
         "../shared/tools/peer-allennlp, converted for ours; workloads: 1 and 16 of the fixture's sentences, 64 and "
         "1,000 sentences of shared/data/corpus/valid.txt; ours is the `elmo` component through `nlp.pipe` "
         "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
         "sentences) after a warm-up, each configuration in its own process; a row's two sides run back to back "
         f"(rows measured {_measured_span(report)}). Command: "
-        '`python bench/bench_bilm.py --peer PEER_DIR`. bf16 and int8 rows (`precision = "bf16"` / `"int8"`, '
-        "opt-in) are compared with the peer's fp32 and carry their error against our fp32 on the same sentences, "
+        f"`python bench/bench_peer.py PEER_DIR{command_cap}`. "
+        'bf16 and int8 rows (`precision = "bf16"` / `"int8"`, opt-in) are compared with the '
+        "peer's fp32 and carry their error against our fp32 on the same sentences, "
         "per layer: max abs difference (and the largest fp32 value) / lowest cosine of a token's two vectors.",
         "",
         "| workload | precision | cache | ours (words/s) | AllenNLP (words/s) | ratio | ours peak RSS (MB) | AllenNLP "
@@ -418,8 +458,10 @@ def update_markdown(report: dict) -> None:
             f"{e['max_abs']:.1e} (of {e['max_abs_fp32']:.2f}), cos {e['min_cosine']:.5f}"
             for e in r["ours"].get("error", [])
         )
+        runs = r["ours"].get("runs", r["precision"])
+        precision = r["precision"] if runs == r["precision"] else f"{r['precision']} (fell back: ran {runs})"
         lines.append(
-            f"| {r['workload']} | {r['precision']} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | "
+            f"| {r['workload']} | {precision} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | "
             f"{r['peer']['words_per_s']:,.1f} | "
             f"**{r['ratio']:.2f}x** | {r['ours']['peak_rss_mb']:,.0f} | {r['peer']['peak_rss_mb']:,.0f} | "
             f"{error or '-'} |"
@@ -434,10 +476,10 @@ def update_markdown(report: dict) -> None:
         "",
         *roof_lines(report),
         "",
-        "![against the peer](bench/results/peer-cpu.png)",
+        f"![against the peer](bench/results/{name}.png)",
         "",
     ]
-    write_section("bench_peer:cpu", lines)
+    write_section(f"bench_peer:{name.removeprefix('peer-')}", lines)
 
 
 def roof_lines(report: dict) -> list:
@@ -520,8 +562,16 @@ def main() -> None:
         nargs="+",
         help="rerun only these sentence counts (e.g. 1000 64), replacing their rows in bench/results/peer-cpu.json",
     )
+    parser.add_argument(
+        "--cap",
+        choices=sorted(CAPS),
+        help="run every process with its kernels capped at this ISA (simulating a lesser CPU); rows labelled capped",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cap and os.environ.get("ONEDNN_MAX_CPU_ISA") != args.cap:
+        # again from the start, with the caps in place before torch loads (ATen reads its cap at import)
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAPS[args.cap]})
     if args.worker:
         print(json.dumps(ours(json.loads(args.worker))))
         return
@@ -530,10 +580,10 @@ def main() -> None:
             "Give the peer's folder: bash ../shared/tools/peer-allennlp/setup.sh PEER_DIR, then PEER_DIR here."
         )
     if args.workloads:
-        write_outputs(rerun(Path(args.peer), args.threads, args.workloads))
+        write_outputs(rerun(Path(args.peer), args.threads, args.workloads, args.cap))
     else:
         write_outputs(run_all(Path(args.peer), args.threads))
-    print("Wrote BENCHMARKS.md and bench/results/peer-cpu.json/.png")
+    print(f"Wrote BENCHMARKS.md and bench/results/{results_name(args.cap)}.json/.png")
 
 
 if __name__ == "__main__":

@@ -147,9 +147,9 @@ def linear_rows(
 
 def rows_any_count(device: torch.device, precision: str) -> bool:
     """Whether matmuls here give each row the same bits whatever the number of rows (then no
-    fixed shapes are needed): int8 anywhere (exact integer sums), fp32 through oneDNN on a CPU
-    where its probe passes."""
-    return precision == "int8" or (precision == "fp32" and onednn.available(device))
+    fixed shapes are needed): int8 anywhere (exact integer sums), fp32 and bf16 through oneDNN on
+    a CPU where its probe passes (bf16: not on AMX, whose tiles change kernels with the rows)."""
+    return precision == "int8" or (precision in ("fp32", "bf16") and onednn.available(device, precision))
 
 
 def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:

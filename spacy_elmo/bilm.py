@@ -21,11 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import recurrence
+from . import kernel_choice, recurrence
 from .batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
 from .chars import CHAR_PAD, CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
-from .precision import check_precision
 from .recurrence import LanePlan, LstmState, PackedOrder
 from .token_cache import TokenCache
 
@@ -258,7 +257,9 @@ class BiLM(nn.Module):
         lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
             step loop), "step" or "fused" (unclipped models only).
         blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
-        precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see ``precision``).
+        precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see ``precision``);
+            reads back what runs, which is fp32 where the machine has no fast kernel for the
+            precision asked (``precision_choice`` says which kernel and why; ``kernel_choice``).
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
@@ -280,6 +281,7 @@ class BiLM(nn.Module):
         self.token_cache = TokenCache()
         self.carried_state: Optional[LstmState] = None
         self._precision = "fp32"
+        self.precision_choice: Optional[kernel_choice.KernelChoice] = None
 
     @property
     def device(self) -> torch.device:
@@ -291,8 +293,14 @@ class BiLM(nn.Module):
 
     @precision.setter
     def precision(self, value: str) -> None:
-        if value != self._precision:
-            self._precision = check_precision(value)
+        """Asks for ``value``; what runs is what this machine can run fast (``kernel_choice``):
+        exact fp32 where the requested precision has no fast kernel (with one warning)."""
+        choice = kernel_choice.choose(value, self.device)
+        if choice.runs == "int8":
+            kernel_choice.check_int8_fits(self)
+        self.precision_choice = choice
+        if choice.runs != self._precision:
+            self._precision = choice.runs
             self.token_cache.clear()  # its rows were computed in the other precision
 
     def blocking_for_run(self) -> Blocking:

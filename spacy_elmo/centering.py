@@ -9,11 +9,13 @@ projections on the top ``D`` principal directions of the centred vectors:
 
 Both are estimated from the vectors of real text. ``as_doc_value`` is the form a doc keeps (float32
 arrays, which ``Doc.to_bytes``/``DocBin`` serialize), ``as_config`` the form the component saves
-(plain lists, exact for float32 values).
+in its cfg: the float32 bytes in base64, exact (a list of floats goes through the JSON writer's
+ten significant digits, and small values came back an ulp off; such lists still load).
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
@@ -116,11 +118,22 @@ class Centering:
         return {"mean": self.mean, "directions": self.directions, "tokens": self.tokens}
 
     def as_config(self) -> Dict[str, Any]:
-        return {"mean": self.mean.tolist(), "directions": self.directions.tolist(), "tokens": self.tokens}
+        return {"mean": _float32_text(self.mean), "directions": _float32_text(self.directions), "tokens": self.tokens}
 
     @classmethod
     def from_value(cls, value: Optional[Mapping[str, Any]]) -> Optional["Centering"]:
-        """A doc's or a config's value back; None stays None."""
+        """A doc's or a config's value back (arrays, base64 text or lists); None stays None."""
         if value is None:
             return None
-        return cls(np.asarray(value["mean"]), np.asarray(value["directions"]), int(value["tokens"]))
+        return cls(_float32_array(value["mean"]), _float32_array(value["directions"]), int(value["tokens"]))
+
+
+def _float32_text(array: np.ndarray) -> str:
+    """float32 values as base64 text of their little-endian bytes (the shape is the caller's)."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _float32_array(value: Any) -> np.ndarray:
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value), dtype="<f4").astype(np.float32)
+    return np.asarray(value, dtype=np.float32)

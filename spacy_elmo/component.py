@@ -248,6 +248,7 @@ class Elmo(MixListeners, TrainablePipe):
             )
         set_bilm(self.model, load_bilm(resolve_weights(path)))
         self.model.attrs["has_weights"] = True
+        self.bilm.precision = self.cfg["precision"]  # decided here: a fast kernel, fp32 (warned) or refused
         self.cfg["weights"] = str(path)
         self.cfg["centering"] = None
         _ = self.mix  # check layer_weights against the loaded biLM
@@ -311,7 +312,7 @@ class Elmo(MixListeners, TrainablePipe):
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
         docs = list(docs)
         self._require_weights()
-        self.bilm.precision = self.cfg["precision"]
+        self.bilm.precision = self.cfg["precision"]  # the choice made at initialize (cached), or a new setting's
         bilm_config = self.bilm.config
         outputs = [
             np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs
@@ -388,6 +389,8 @@ class Elmo(MixListeners, TrainablePipe):
         any overrides given to spacy.load) win over those saved in its cfg, which keeps only what
         initialize found (the weights' path, the centering)."""
         self.cfg.update(self._settings)
+        if self.model.attrs.get("has_weights"):
+            self.bilm.precision = self.cfg["precision"]  # decided on load, as at initialize
         return self
 
     def _require_weights(self) -> None:

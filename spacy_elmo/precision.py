@@ -3,11 +3,13 @@
 ``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (AMX or
 AVX512_BF16 through oneDNN on recent x86 CPUs, tensor cores on GPUs), accumulating in fp32, and
 returns fp32. ``int8`` quantizes the weights once per output channel and the activations per row
-at each call, and sums the int8 products exactly in int32 (``quantized``): meant for CPUs with
+at each call, and sums the int8 products exactly in int32 (``quantized``): fastest on CPUs with
 int8 dot products (VNNI/AMX), a single sentence included; the least exact. In both, elementwise work
 (gates, cell state, clipping) stays fp32, and results still do not depend on batch companions:
-bf16 matmuls always run on fixed shapes (oneDNN's bf16 kernels change with the row count; see
-``onednn``); int8 sums are exact integers, the same for any row count.
+bf16 matmuls run on fixed shapes where oneDNN's bf16 kernels change with the row count (AMX), and
+on any row count where a probe finds they do not (see ``onednn``); int8 sums are exact integers,
+the same for any row count. Where this machine has no fast kernel for bf16 or int8 they run as
+exact fp32, with a warning (``kernel_choice``).
 
 int8 covers every matmul of inference: the LSTM's input, recurrent and projection weights, and
 the char CNN's convolutions, highways and token projection. The char CNN's share of the error is
@@ -32,10 +34,11 @@ def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision must be one of {PRECISIONS}, got {precision!r}: 'fp32' is exact; 'bf16' is "
-            "faster on batches on CPUs with AMX/AVX512_BF16 and on GPUs, within about 1e-3 of fp32; "
-            "'int8' (weights and activations quantized to int8) is meant for CPUs with int8 dot products "
-            "(VNNI/AMX), a single sentence included, and is the least exact: cosine per token >= 0.9998 "
-            "against fp32 on the full-size model (see the README)."
+            "faster on CPUs with AMX/AVX512_BF16 and on GPUs, within about 1e-3 of fp32; 'int8' (weights "
+            "and activations quantized to int8) is faster on x86 CPUs with AVX2 or better, most with "
+            "VNNI/AMX, a single sentence included, and is the least exact: cosine per token >= 0.9996 "
+            "against fp32 on the full-size model. `python -m spacy_elmo info --machine` says what each "
+            "runs on this machine (see the README)."
         )
     return precision
 

@@ -11,17 +11,26 @@ The sums are turned into results by a fixed sequence of elementwise IEEE operati
 taken with ``reciprocal``, never by dividing by a broadcast scalar, which ATen may compute as a
 multiplication by the reciprocal for one row and as a division for several).
 
-Two kernels compute ``fp32(sum) * s_w``, with the same bits:
+Which kernel sums them is decided once per process from this CPU's features and probes of the
+kernels' bits (``int8_kernel``); every kernel gives ``fp32(sum) * s_w`` with the same bits:
 
-- On CPUs, for weights with K and N of at least 64, oneDNN's int8 linear (AMX or VNNI), given
-  the weight's scales, an activation scale of 1 and zero points of 0: about twice as fast as
-  ``torch._int_mm`` for the LSTM's shapes, a single row included. It is used only where a probe
-  finds exactly these bits for any row count (a kernel that saturated int16 pair sums, as
-  VNNI-less AVX2 kernels may, would fail it).
-- Elsewhere ``torch._int_mm``, then the two steps in fp32. cuBLASLt's int8 GEMM (CUDA) takes more
-  than 16 rows and K, N multiples of 8: there the weight copy is padded once with zero rows and
-  columns, and each activation with zero rows and columns, which add nothing to the integer sums.
+- ``onednn``: oneDNN's int8 linear on AMX (``amx_int8``), for weights with K and N of at least
+  64, given the weight's scales, an activation scale of 1 and zero points of 0: about twice as
+  fast as ``torch._int_mm`` for the LSTM's shapes, a single row included (measured on a Xeon with
+  AMX). Without AMX, oneDNN may answer with its reference kernel (``ref_int8``: exact, but about
+  1,000 times slower; seen on an AMD EPYC with AVX512_VNNI), so it is used on AMX only.
+- ``int_mm``: ``torch._int_mm``, then the two steps in fp32, on CPUs with int8 dot products that
+  sum in int32 (VNNI: ``avx512_vnni``, ``avx_vnni``, or AMX) and on CUDA. cuBLASLt's int8 GEMM
+  takes more than 16 rows and K, N multiples of 8: there the weight copy is padded once with zero
+  rows and columns, and each activation with zero rows and columns, which add nothing to the sums.
+- ``int_mm_7bit``: CPUs with AVX2 but no VNNI multiply pairs of bytes into saturating int16
+  (``vpmaddubsw``, the activation shifted to unsigned): 255 * 127 * 2 overflows, and the sums go
+  wrong on batches. Weights quantized to 7 bits (``[-63, 63]``, the remedy fbgemm calls
+  ``reduce_range``) keep every pair below 2**15, so the sums are exact again, at twice the
+  weights' quantization step. Results differ from the VNNI CPUs' (other weights), and keep
+  every invariance promise on the CPU.
 
+Each kernel is used only where a probe finds exact sums for 1 to 300 rows (``_sums_exact``).
 The quantized copy of a weight is made once and kept beside it (``weight_copies``), like the
 bfloat16 copies of ``precision``: a quarter of the weight's size.
 """
@@ -30,15 +39,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import machine
 from .weight_copies import derived_copy
 
 INT8_MAX = 127
+# Weights of 7 bits for the CPUs without VNNI (see the module docstring).
+INT7_MAX = 63
 # The longest sum whose int32 total cannot overflow: K * 127 * 127 < 2**31.
 MAX_K = (2**31 - 1) // (INT8_MAX * INT8_MAX)
 # oneDNN sums weights with K and N from this size on: for the char CNN's narrowest filters (K = 16)
@@ -47,6 +59,19 @@ MAX_K = (2**31 - 1) // (INT8_MAX * INT8_MAX)
 _ONEDNN_MIN_SIZE = 64
 # cuBLASLt's int8 GEMM: more than 16 rows; K and N multiples of 8.
 _CUDA_MIN_ROWS, _CUDA_MULTIPLE = 17, 8
+
+
+class Int8Kernel(NamedTuple):
+    """How int8 sums run on a device: ``name`` ("onednn", "int_mm" or "int_mm_7bit"), the weights'
+    largest quantized value, and the CPU features the kernel rests on."""
+
+    name: str
+    weight_levels: int
+    features: Tuple[str, ...]
+
+
+# Int8 dot products that sum in int32.
+VNNI_FEATURES = ("amx_int8", "avx512_vnni", "avx_vnni")
 
 
 class OneDnnInt8(NamedTuple):
@@ -78,21 +103,21 @@ class QuantizedWeight:
         return self.scale.shape[0]
 
 
-def quantize_rows(x: Tensor) -> Tuple[Tensor, Tensor]:
+def quantize_rows(x: Tensor, levels: int = INT8_MAX) -> Tuple[Tensor, Tensor]:
     """Symmetric per-row int8 quantization, rounding to nearest.
 
     Args:
-        x: (M, K) float.
+        x: (M, K) float. levels: the largest quantized value (127, or 63 for 7-bit weights).
     Returns:
-        values (M, K) int8 in [-127, 127] and scale (M,) fp32 with values * scale[:, None] ~ x;
-        a row of zeros (padding) gets scale 0 and zeros, without NaN.
+        values (M, K) int8 in [-levels, levels] and scale (M,) fp32 with values * scale[:, None]
+        ~ x; a row of zeros (padding) gets scale 0 and zeros, without NaN.
     """
     x = x.float()
-    scale = x.abs().amax(dim=1) / INT8_MAX
+    scale = x.abs().amax(dim=1) / levels
     # A scale too small for a finite reciprocal only comes from a row of zeros or of subnormals.
     usable = scale >= torch.finfo(torch.float32).tiny
     inverse = torch.where(usable, scale.reciprocal(), torch.zeros_like(scale))
-    values = (x * inverse[:, None]).round_().clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    values = (x * inverse[:, None]).round_().clamp_(-levels, levels).to(torch.int8)
     return values, torch.where(usable, scale, torch.zeros_like(scale))
 
 
@@ -107,9 +132,15 @@ def _quantize_weight(weight: Tensor) -> QuantizedWeight:
             f"int8 sums of {weight.shape[1]} products could overflow int32 (at most {MAX_K}); "
             "use precision 'bf16' or 'fp32' for this model."
         )
+    kernel = int8_kernel(weight.device)
+    if kernel is None:
+        raise RuntimeError(
+            f"int8 has no exact kernel on this CPU ({machine.cpu_description()}): it needs VNNI "
+            "(avx512_vnni, avx_vnni or amx_int8) or AVX2. Use precision 'fp32'."
+        )
     with torch.no_grad():
-        values, scale = _quantize_in_chunks(weight)
-        if weight.device.type == "cpu" and min(weight.shape) >= _ONEDNN_MIN_SIZE and onednn_sums_exact():
+        values, scale = _quantize_in_chunks(weight, kernel.weight_levels)
+        if kernel.name == "onednn" and min(weight.shape) >= _ONEDNN_MIN_SIZE:
             return QuantizedWeight(values_t=None, scale=scale, onednn=_prepack(values, scale))
         multiple = _CUDA_MULTIPLE if weight.device.type == "cuda" else 1
         padding = (0, -values.shape[1] % multiple, 0, -values.shape[0] % multiple)
@@ -118,13 +149,14 @@ def _quantize_weight(weight: Tensor) -> QuantizedWeight:
         return QuantizedWeight(values_t=values.contiguous().t(), scale=scale)
 
 
-def _quantize_in_chunks(weight: Tensor, rows: int = 1024) -> Tuple[Tensor, Tensor]:
-    """``quantize_rows(weight)`` a block of rows at a time: rows are quantized independently, and
-    the fp32 temporaries stay small (whole, they would raise the peak memory by twice the weight)."""
+def _quantize_in_chunks(weight: Tensor, levels: int, rows: int = 1024) -> Tuple[Tensor, Tensor]:
+    """``quantize_rows(weight, levels)`` a block of rows at a time: rows are quantized
+    independently, and the fp32 temporaries stay small (whole, they would raise the peak memory by
+    twice the weight)."""
     values = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
     scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
     for start in range(0, weight.shape[0], rows):
-        values[start : start + rows], scale[start : start + rows] = quantize_rows(weight[start : start + rows])
+        values[start : start + rows], scale[start : start + rows] = quantize_rows(weight[start : start + rows], levels)
     return values, scale
 
 
@@ -208,24 +240,61 @@ def _onednn_scaled_sums(values: Tensor, weight: OneDnnInt8) -> Tensor:
     )
 
 
+def int8_kernel(device: torch.device, features: Optional[frozenset] = None) -> Optional[Int8Kernel]:
+    """The kernel int8 sums run through on ``device``, None where none is both exact and fast
+    (see the module docstring); decided once per process from the CPU's features (``features``:
+    those of ``machine.cpu_features`` unless given) and probes of the kernels."""
+    if device.type == "cuda":
+        return Int8Kernel("int_mm", INT8_MAX, ())
+    return _cpu_int8_kernel(machine.cpu_features() if features is None else frozenset(features))
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_int8_kernel(features: frozenset) -> Optional[Int8Kernel]:
+    vnni = tuple(name for name in VNNI_FEATURES if name in features)
+    if "amx_int8" in features and onednn_sums_exact():
+        return Int8Kernel("onednn", INT8_MAX, ("amx_int8",))
+    if vnni and int_mm_sums_exact(INT8_MAX):
+        return Int8Kernel("int_mm", INT8_MAX, vnni)
+    if "avx2" in features and int_mm_sums_exact(INT7_MAX):
+        return Int8Kernel("int_mm_7bit", INT7_MAX, ("avx2",))
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def onednn_sums_exact() -> bool:
     """Whether oneDNN's int8 linear is present and gives ``fp32(exact sums) * scale``, bit for bit,
-    for any number of rows on this CPU: compared with int64 sums on random operands and on rows of
-    +-127 (where a kernel summing pairs in int16 would saturate), for 1 to 300 rows, with K = 64
-    and K = 4099 (sums past 2**24 must round as ``Tensor.to(float32)`` rounds)."""
+    for any number of rows on this CPU (``_sums_exact``)."""
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
         return False
+    return _sums_exact(lambda a, w, scale: _onednn_scaled_sums(a, _prepack(w, scale)), INT8_MAX)
+
+
+@functools.lru_cache(maxsize=None)
+def int_mm_sums_exact(weight_levels: int) -> bool:
+    """Whether ``torch._int_mm`` sums exactly on this CPU for weights in ``[-weight_levels,
+    weight_levels]`` and any number of rows (``_sums_exact``)."""
+    if not hasattr(torch, "_int_mm"):
+        return False
+    return _sums_exact(lambda a, w, scale: int_mm(a, w.contiguous().t()).to(torch.float32).mul_(scale), weight_levels)
+
+
+def _sums_exact(scaled_sums: Callable[[Tensor, Tensor, Tensor], Tensor], weight_levels: int) -> bool:
+    """Whether ``scaled_sums(a (M, K), w (N, K), scale (N,))`` is ``fp32(a @ w.T) * scale`` bit
+    for bit: compared with int64 sums on random operands and on rows of extremes (where a kernel
+    summing pairs in int16 would saturate), for 1 to 300 rows, with K = 64 and K = 4099 (sums past
+    2**24 must round as ``Tensor.to(float32)`` rounds)."""
     generator = torch.Generator().manual_seed(0)
     for inner in (_ONEDNN_MIN_SIZE, 4099):
         a = torch.randint(-INT8_MAX, INT8_MAX + 1, (300, inner), dtype=torch.int8, generator=generator)
-        w = torch.randint(-INT8_MAX, INT8_MAX + 1, (_ONEDNN_MIN_SIZE, inner), dtype=torch.int8, generator=generator)
-        a[0], a[1], w[0], w[1] = INT8_MAX, -INT8_MAX, INT8_MAX, -INT8_MAX
+        w = torch.randint(
+            -weight_levels, weight_levels + 1, (_ONEDNN_MIN_SIZE, inner), dtype=torch.int8, generator=generator
+        )
+        a[0], a[1], a[2], w[0], w[1] = INT8_MAX, -INT8_MAX, -INT8_MAX, weight_levels, -weight_levels
         scale = torch.rand(_ONEDNN_MIN_SIZE, generator=generator) / 1000
         expected = (a.long() @ w.long().t()).to(torch.float32).mul_(scale)
         try:
-            packed = _prepack(w, scale)
-            if not all(torch.equal(_onednn_scaled_sums(a[:n], packed), expected[:n]) for n in (1, 2, 3, 17, 64, 300)):
+            if not all(torch.equal(scaled_sums(a[:n], w, scale), expected[:n]) for n in (1, 2, 3, 17, 64, 300)):
                 return False
         except RuntimeError:  # an op this build of torch lacks or this CPU cannot run
             return False

@@ -29,10 +29,22 @@ def fixture_sentences(fixture_dir):
 
 
 @pytest.fixture(scope="session")
-def fixture_bilm(fixture_dir):
+def session_fixture_bilm(fixture_dir):
     from spacy_elmo import import_original
 
     return import_original(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+
+
+@pytest.fixture
+def fixture_bilm(session_fixture_bilm):
+    """The fixture's biLM, shared by the session for speed: its run-time settings are put back
+    after each test, passed or failed, so that no test sees another's (a test that died in bf16
+    once left the next ones in bf16)."""
+    bilm = session_fixture_bilm
+    yield bilm
+    bilm.precision, bilm.lstm_path, bilm.blocking, bilm.carried_state = "fp32", "auto", None, None
+    bilm.token_cache.clear()
+    bilm.eval()
 
 
 @pytest.fixture

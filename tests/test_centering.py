@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import spacy
+import srsly
 from conftest import SHARED, make_nlp
 from spacy.tokens import Doc, DocBin
 from spacy.training import Example
@@ -103,6 +104,21 @@ def test_the_estimate_is_saved_with_the_pipeline(centred_nlp, tiny_weights, tmp_
         np.testing.assert_array_equal(centering.mean, expected.mean)
         np.testing.assert_array_equal(centering.directions, expected.directions)
         np.testing.assert_array_equal(loaded(TEXT)[1].vector, centred_nlp(TEXT)[1].vector)
+
+
+def test_saved_estimate_keeps_every_float32_bit_and_old_lists_still_load():
+    """Values with more than ten significant digits, tiny and subnormal ones included: a list of
+    floats through the JSON writer came back an ulp off (0.00072539236862 -> 0.0007253924)."""
+    mean = np.array([7.2539236862e-04, -1.2345678e-30, 3.0e-42, 123.456789, -0.1], dtype=np.float32)
+    directions = np.random.default_rng(0).normal(size=(2, 5)).astype(np.float32)
+    original = Centering(mean, directions, tokens=1234)
+    written = srsly.json_loads(srsly.json_dumps({"centering": original.as_config()}))["centering"]
+    loaded = Centering.from_value(written)
+    assert loaded.mean.tobytes() == mean.tobytes() and loaded.directions.tobytes() == directions.tobytes()
+    assert loaded.tokens == 1234 and loaded.directions.shape == (2, 5)
+    assert Centering.from_value(Centering(mean, directions[:0], 5).as_config()).directions.shape == (0, 5)
+    old_form = {"mean": [0.5, -1.0], "directions": [], "tokens": 3}
+    np.testing.assert_array_equal(Centering.from_value(old_form).mean, [0.5, -1.0])
 
 
 def test_docs_keep_their_centering_through_docbin(centred_nlp):
