@@ -407,7 +407,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['workload']}\n{r['precision']}, cache {r['cache']}" for r in report["rows"]]
+    labels = [f"{r['workload']}\n{_precision_label(r)}, cache {r['cache']}" for r in report["rows"]]
     ratios = [r["ratio"] for r in report["rows"]]
     fig, ax = plt.subplots(figsize=(12, 4.5))
     bars = ax.bar(labels, ratios, color=["#1f77b4" if r >= 1 else "#d62728" for r in ratios])
@@ -421,6 +421,12 @@ def plot(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _precision_label(row: dict) -> str:
+    """The precision asked for, and what ran where the machine fell back to exact fp32."""
+    runs = row["ours"].get("runs", row["precision"])
+    return row["precision"] if runs == row["precision"] else f"{row['precision']} (fell back: ran {runs})"
 
 
 def update_markdown(report: dict) -> None:
@@ -458,8 +464,7 @@ def update_markdown(report: dict) -> None:
             f"{e['max_abs']:.1e} (of {e['max_abs_fp32']:.2f}), cos {e['min_cosine']:.5f}"
             for e in r["ours"].get("error", [])
         )
-        runs = r["ours"].get("runs", r["precision"])
-        precision = r["precision"] if runs == r["precision"] else f"{r['precision']} (fell back: ran {runs})"
+        precision = _precision_label(r)
         lines.append(
             f"| {r['workload']} | {precision} | {r['cache']} | {r['ours']['words_per_s']:,.1f} | "
             f"{r['peer']['words_per_s']:,.1f} | "
@@ -505,7 +510,8 @@ def roof_lines(report: dict) -> list:
         "token's representation does not depend on its companions), so the exact path runs fewer FLOP per word than "
         "the roof counts. " + "; ".join(parts) + ".",
         "",
-        f"What the step loop's own matmuls allow here (`roof` in bench/results/peer-cpu.json): at 64 rows the "
+        f"What the step loop's own matmuls allow here (`roof` in bench/results/{results_name(report.get('capped'))}"
+        ".json): at 64 rows the "
         f"recurrent and projection matmuls run at {roof['step_gflops_64_rows']:.0f} GFLOP/s as the loop runs them, so "
         f"the LSTM's matmuls alone allow {roof['lstm_words_per_s_64_rows']:,.0f} words/s",
     ]

@@ -138,7 +138,10 @@ def _bf16(device_type: str, features: Optional[frozenset]) -> KernelChoice:
         why = "rows probed independent of the row count on this CPU"
     else:
         kernel = "oneDNN bf16 on fixed shapes"
-        why = "its kernels change with the row count here (AMX tiles), so calls keep a fixed row count"
+        why = (
+            "its kernels change with the row count here (AMX tiles), so calls keep a fixed 32-row shape: faster "
+            "on batches, slower than fp32 one sentence at a time (0.77x on a Xeon with AMX; int8 is not)"
+        )
     return KernelChoice("bf16", "bf16", kernel, f"bfloat16 dot products, fp32 accumulation; {why}", present)
 
 

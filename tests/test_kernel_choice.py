@@ -177,7 +177,7 @@ def test_parity_invariance_and_precision_tests_pass_on_a_lesser_cpu(cap, aten, m
         "ATEN_CPU_CAPABILITY": aten,
         "MKL_ENABLE_INSTRUCTIONS": mkl,
     }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow or slow"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
         [*command, *CAPPED_SUITES], capture_output=True, text=True, env=env, cwd=ROOT / "tests", timeout=900
     )
