@@ -33,6 +33,8 @@ from pathlib import Path
 from bench_bilm import load_sentences
 from report import SHARED, write_section
 
+from spacy_elmo.machine import SIMULATED_CPUS  # --cap NAME: the kernel caps of a lesser CPU
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
 CORPUS = SHARED / "data" / "corpus"
@@ -43,18 +45,6 @@ RESULTS = ROOT / "bench" / "results"
 WORKLOADS = ["1 sentence", "16 sentences", "64 sentences", "1,000 sentences"]
 CONFIGURATIONS = [("fp32", False), ("fp32", True), ("bf16", False), ("int8", False)]  # (precision, cache warm)
 REPEATS = {"1,000 sentences": 3}
-
-
-# --cap NAME: the kernel caps that make this machine run as a lesser CPU would (oneDNN, ATen and MKL
-# each read their own variable); rows measured so are labelled capped, not as another CPU.
-CAPS = {
-    "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-    "AVX512_CORE": {
-        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
-        "ATEN_CPU_CAPABILITY": "avx512",
-        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
-    },
-}
 
 
 def results_name(cap: str | None) -> str:
@@ -423,6 +413,12 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _workloads_measured(report: dict) -> str:
+    """The workloads the report has rows for, in WORKLOADS order, e.g. '1 sentence, 64 sentences'."""
+    present = {r["workload"] for r in report["rows"]}
+    return ", ".join(w for w in WORKLOADS if w in present)
+
+
 def _precision_label(row: dict) -> str:
     """The precision asked for, and what ran where the machine fell back to exact fp32."""
     runs = row["ours"].get("runs", row["precision"])
@@ -434,9 +430,9 @@ def update_markdown(report: dict) -> None:
     title = f"capped at {cap}, simulating a lesser CPU" if cap else "uncapped"
     command_cap = f" --cap {cap}" if cap else ""
     simulated = (
-        f"**Capped run**: oneDNN, ATen and MKL limited to {cap} (`--cap {cap}`: {', '.join(CAPS[cap])}) on the "
-        "machine below, both sides alike; the figures simulate that CPU class's kernels, not its clock, caches or "
-        "memory. "
+        f"**Capped run**: oneDNN, ATen and MKL limited to {cap} (`--cap {cap}`: "
+        f"{', '.join(SIMULATED_CPUS[cap])}) on the machine below, both sides alike; the figures simulate that "
+        "CPU class's kernels, not its clock, caches or memory. "
         if cap
         else ""
     )
@@ -444,8 +440,9 @@ def update_markdown(report: dict) -> None:
         f"### Against the peer (AllenNLP `Elmo`) on CPU, {title} ({report['date']})",
         "",
         f"{simulated}Machine: {report['machine']}. Full-size random weights (93.6M parameters, clipping on) from "
-        "../shared/tools/peer-allennlp, converted for ours; workloads: 1 and 16 of the fixture's sentences, 64 and "
-        "1,000 sentences of shared/data/corpus/valid.txt; ours is the `elmo` component through `nlp.pipe` "
+        f"../shared/tools/peer-allennlp, converted for ours; workloads: {_workloads_measured(report)} (1 and 16: "
+        "the fixture's sentences; 64 and 1,000: shared/data/corpus/valid.txt); ours is the `elmo` component through "
+        "`nlp.pipe` "
         "(exact fp32 path), the peer `Elmo` in batches of 64; cache warm = our token cache / AllenNLP's "
         "`vocab_to_cache`, both holding the workload's words. words/s: median of 5 runs (3 for 1,000 "
         "sentences) after a warm-up, each configuration in its own process; a row's two sides run back to back "
@@ -570,14 +567,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--cap",
-        choices=sorted(CAPS),
+        choices=sorted(SIMULATED_CPUS),
         help="run every process with its kernels capped at this ISA (simulating a lesser CPU); rows labelled capped",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cap and os.environ.get("ONEDNN_MAX_CPU_ISA") != args.cap:
         # again from the start, with the caps in place before torch loads (ATen reads its cap at import)
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **CAPS[args.cap]})
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **SIMULATED_CPUS[args.cap]})
     if args.worker:
         print(json.dumps(ours(json.loads(args.worker))))
         return

@@ -296,12 +296,12 @@ class BiLM(nn.Module):
         """Asks for ``value``; what runs is what this machine can run fast (``kernel_choice``):
         exact fp32 where the requested precision has no fast kernel (with one warning)."""
         choice = kernel_choice.choose(value, self.device)
-        if choice.runs == "int8":
-            kernel_choice.check_int8_fits(self)
-        self.precision_choice = choice
         if choice.runs != self._precision:
+            if choice.runs == "int8":
+                kernel_choice.check_int8_fits(self)
             self._precision = choice.runs
             self.token_cache.clear()  # its rows were computed in the other precision
+        self.precision_choice = choice
 
     def blocking_for_run(self) -> Blocking:
         blocking = self.blocking or Blocking.for_device(self.device)

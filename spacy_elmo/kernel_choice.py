@@ -84,12 +84,8 @@ def check_int8_fits(model: torch.nn.Module) -> None:
     """Refuse int8 for a model with a matmul summing more than ``quantized.MAX_K`` products: its
     int32 sums could overflow. Raises ValueError naming the weight and the alternative."""
     for name, weight in model.named_parameters():
-        inner = weight[0].numel() if weight.dim() >= 2 else 0
-        if inner > quantized.MAX_K:
-            raise ValueError(
-                f"precision 'int8' cannot run this model: its weight {name} sums {inner} products, and int8 "
-                f"sums of more than {quantized.MAX_K} could overflow int32. Use precision 'bf16' or 'fp32'."
-            )
+        if weight.dim() >= 2:
+            quantized.check_sum_length(weight[0].numel(), f"this model (its weight {name})")
 
 
 @functools.lru_cache(maxsize=None)

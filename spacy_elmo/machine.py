@@ -55,6 +55,18 @@ ISA_CAPS: Dict[str, FrozenSet[str]] = {
 }
 
 
+# What makes a process run a lesser CPU's kernels: oneDNN's, ATen's and MKL's caps (each library
+# reads its own variable). Used by the capped tests and ``bench/bench_peer.py --cap``.
+SIMULATED_CPUS: Dict[str, Dict[str, str]] = {
+    "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "AVX512_CORE": {
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+    },
+}
+
+
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo where there is one)."""
     for row in _cpuinfo().splitlines():

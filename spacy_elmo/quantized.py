@@ -18,7 +18,8 @@ kernels' bits (``int8_kernel``); every kernel gives ``fp32(sum) * s_w`` with the
   64, given the weight's scales, an activation scale of 1 and zero points of 0: about twice as
   fast as ``torch._int_mm`` for the LSTM's shapes, a single row included (measured on a Xeon with
   AMX). Without AMX, oneDNN may answer with its reference kernel (``ref_int8``: exact, but about
-  1,000 times slower; seen on an AMD EPYC with AVX512_VNNI), so it is used on AMX only.
+  1,000 times slower than ``torch._int_mm``; seen on an AMD EPYC with AVX512_VNNI), so it is used on
+  AMX only.
 - ``int_mm``: ``torch._int_mm``, then the two steps in fp32, on CPUs with int8 dot products that
   sum in int32 (VNNI: ``avx512_vnni``, ``avx_vnni``, or AMX) and on CUDA. cuBLASLt's int8 GEMM
   takes more than 16 rows and K, N multiples of 8: there the weight copy is padded once with zero
@@ -121,17 +122,23 @@ def quantize_rows(x: Tensor, levels: int = INT8_MAX) -> Tuple[Tensor, Tensor]:
     return values, torch.where(usable, scale, torch.zeros_like(scale))
 
 
+def check_sum_length(inner: int, what: str) -> None:
+    """Refuse int8 sums of more than MAX_K products (their int32 total could overflow): a
+    ValueError naming ``what`` and the alternative."""
+    if inner > MAX_K:
+        raise ValueError(
+            f"precision 'int8' cannot run {what}: int8 sums of {inner} products could overflow int32 (at most "
+            f"{MAX_K}); use precision 'bf16' or 'fp32' for this model."
+        )
+
+
 def quantized_weight(weight: Tensor) -> QuantizedWeight:
     """The int8 copy of ``weight`` (N, K), made once per weight (or view of one) and version."""
     return derived_copy(weight, "int8", _quantize_weight)
 
 
 def _quantize_weight(weight: Tensor) -> QuantizedWeight:
-    if weight.shape[1] > MAX_K:
-        raise ValueError(
-            f"int8 sums of {weight.shape[1]} products could overflow int32 (at most {MAX_K}); "
-            "use precision 'bf16' or 'fp32' for this model."
-        )
+    check_sum_length(weight.shape[1], "this weight")
     kernel = int8_kernel(weight.device)
     if kernel is None:
         raise RuntimeError(
