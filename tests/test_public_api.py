@@ -1,0 +1,69 @@
+"""What users and saved pipelines rely on: every public name, the entry points, and a pipeline
+saved by 0.1.0 before the package was split into subpackages (tests/data/make_saved_pipeline.py)."""
+
+import importlib
+import json
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import numpy as np
+import pytest
+import spacy
+
+import spacy_elmo
+
+SAVED = Path(__file__).parent / "data" / "pipeline-0.1.0"
+ENTRY_POINTS = {
+    "spacy_factories": {"elmo"},
+    "spacy_architectures": {
+        "spacy-elmo.BiLM.v1",
+        "spacy-elmo.TaskMix.v1",
+        "spacy-elmo.ElmoEmbed.v1",
+        "spacy-elmo.ElmoTok2Vec.v1",
+    },
+    "console_scripts": {"spacy-elmo"},
+}
+
+
+@pytest.mark.parametrize("name", spacy_elmo.__all__)
+def test_every_public_name_imports(name):
+    assert getattr(spacy_elmo, name) is not None
+    namespace: dict = {}
+    exec(f"from spacy_elmo import {name}", namespace)
+    assert namespace[name] is getattr(spacy_elmo, name)
+
+
+@pytest.mark.parametrize("group", sorted(ENTRY_POINTS))
+def test_entry_points_keep_their_names_and_load(group):
+    ours = {ep.name: ep for ep in entry_points(group=group) if ep.value.startswith("spacy_elmo")}
+    assert ENTRY_POINTS[group] <= set(ours), f"{group}: {sorted(ours)}"
+    for name in ENTRY_POINTS[group]:
+        assert callable(ours[name].load())
+
+
+def test_registered_names_resolve_to_the_same_objects_as_the_entry_points():
+    for name in ENTRY_POINTS["spacy_architectures"]:
+        (entry,) = [ep for ep in entry_points(group="spacy_architectures") if ep.name == name]
+        assert spacy.registry.architectures.get(name) is entry.load()
+    module, _, attribute = [ep for ep in entry_points(group="spacy_factories") if ep.name == "elmo"][0].value.partition(
+        ":"
+    )
+    assert getattr(importlib.import_module(module), attribute) is not None
+
+
+def test_a_pipeline_saved_before_the_move_loads_and_gives_the_same_numbers():
+    expected = json.loads((SAVED / "expected.json").read_text())
+    nlp = spacy.load(SAVED)
+    assert nlp.pipe_names == ["sentencizer", "elmo", "tagger"]
+    doc = nlp("The bank raised its rates. We sat on the bank of the river and watched the boats.")
+    layers = np.stack([token._.elmo_layers for token in doc])
+    np.testing.assert_array_equal(layers, np.asarray(expected["layers"], dtype=np.float32))
+    np.testing.assert_array_equal(doc[1]._.elmo, np.asarray(expected["token"], dtype=np.float32))
+    np.testing.assert_array_equal(list(doc.sents)[0]._.elmo, np.asarray(expected["sentence"], dtype=np.float32))
+    # the hooks remove the saved centring: exact up to the float32 arithmetic of the hooks
+    np.testing.assert_allclose(doc[1].vector, expected["token_vector"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(doc.vector, expected["doc_vector"], rtol=0, atol=1e-6)
+    assert doc[1].similarity(doc[10]) == pytest.approx(expected["similarity"], abs=1e-6)
+    assert nlp.get_pipe("elmo").centering is not None
+    scores = nlp.get_pipe("tagger").predict([doc])[0]
+    np.testing.assert_allclose(scores, expected["tag_scores"], rtol=0, atol=1e-6)
