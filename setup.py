@@ -51,12 +51,12 @@ setup(
         ],
     },
     entry_points={
-        "spacy_factories": ["elmo = spacy_elmo.component:make_elmo"],
+        "spacy_factories": ["elmo = spacy_elmo.pipeline.component:make_elmo"],
         "spacy_architectures": [
-            "spacy-elmo.BiLM.v1 = spacy_elmo.layers:build_bilm",
-            "spacy-elmo.TaskMix.v1 = spacy_elmo.task_mix:TaskMix",
-            "spacy-elmo.ElmoEmbed.v1 = spacy_elmo.task_mix:ElmoEmbed",
-            "spacy-elmo.ElmoTok2Vec.v1 = spacy_elmo.task_mix:ElmoTok2Vec",
+            "spacy-elmo.BiLM.v1 = spacy_elmo.pipeline.bilm_layer:build_bilm",
+            "spacy-elmo.TaskMix.v1 = spacy_elmo.pipeline.task_mix:TaskMix",
+            "spacy-elmo.ElmoEmbed.v1 = spacy_elmo.pipeline.task_mix:ElmoEmbed",
+            "spacy-elmo.ElmoTok2Vec.v1 = spacy_elmo.pipeline.task_mix:ElmoTok2Vec",
         ],
         "console_scripts": ["spacy-elmo = spacy_elmo.cli:app"],
     },

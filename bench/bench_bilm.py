@@ -65,7 +65,7 @@ def worker(spec: dict) -> dict:
     from naive_bilm import naive_forward, naive_token_representations
 
     from spacy_elmo import BiLM, BiLMConfig, embed_sentences
-    from spacy_elmo.chars import BOS_TOKEN, EOS_TOKEN, encode_sentences
+    from spacy_elmo.network.chars import BOS_TOKEN, EOS_TOKEN, encode_sentences
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
@@ -137,7 +137,7 @@ def _timed(function, bilm, warm_cache, repeats: int, device) -> list:
 def _encode(bilm, strings):
     import torch
 
-    from spacy_elmo.chars import encode_tokens
+    from spacy_elmo.network.chars import encode_tokens
 
     return bilm.token_representations(torch.from_numpy(encode_tokens(strings)).long().to(bilm.device))
 
@@ -166,7 +166,7 @@ def _rss_mb() -> float:
 def machine(device: str, threads: int) -> str:
     import torch
 
-    from spacy_elmo.machine import cpu_description
+    from spacy_elmo.kernels.machine import cpu_description
 
     if device == "cuda":
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"

@@ -107,7 +107,7 @@ def main() -> None:
         "rows": rows,
         "sharded_equals_single": identical,
     }
-    from spacy_elmo.io import atomic_write_json
+    from spacy_elmo.files import atomic_write_json
 
     atomic_write_json(RESULTS / "embed-cpu.json", report)
     update_markdown(report)

@@ -33,7 +33,7 @@ from pathlib import Path
 from bench_bilm import load_sentences
 from report import SHARED, write_section
 
-from spacy_elmo.machine import SIMULATED_CPUS  # --cap NAME: the kernel caps of a lesser CPU
+from spacy_elmo.kernels.machine import SIMULATED_CPUS  # --cap NAME: the kernel caps of a lesser CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
@@ -76,7 +76,7 @@ def ours(spec: dict) -> dict:
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": spec["weights"], "set_vector_hooks": False, "precision": spec["precision"]})
     nlp.initialize()
-    from spacy_elmo.layers import get_bilm
+    from spacy_elmo.pipeline.bilm_layer import get_bilm
 
     bilm = get_bilm(nlp.get_pipe("elmo").model)
     bilm.token_cache.capacity = 20000 if spec["cache"] else 0
@@ -106,7 +106,7 @@ def ours(spec: dict) -> dict:
 def distinct_share(sentences: list, max_batch_tokens: int) -> float:
     """Of the tokens the biLM reads (boundaries included), the share its char encoder runs on:
     each distinct token of a call once (the component's calls: ``batches_by_length``)."""
-    from spacy_elmo.embed import batches_by_length
+    from spacy_elmo.network.sentences import batches_by_length
 
     tokens = distinct = 0
     for batch in batches_by_length(sentences, max_batch_tokens):
@@ -256,8 +256,8 @@ def schedule_limit(sentences: list) -> dict:
     these matmuls alone allow."""
     import torch
 
-    from spacy_elmo.batch_invariant import Blocking
-    from spacy_elmo.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
+    from spacy_elmo.kernels.batch_invariant import Blocking
+    from spacy_elmo.network.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
 
     config, matmuls = original_step_matmuls()
     lengths = [len(sentence) + 2 for sentence in sentences]  # with the sentence boundaries
@@ -286,10 +286,10 @@ def original_step_matmuls():
     exact fp32, CPU): the step loop's matmuls as it runs them."""
     import torch
 
-    from spacy_elmo.batch_invariant import Blocking
-    from spacy_elmo.bilm import LstmLayer
-    from spacy_elmo.config import BiLMConfig
-    from spacy_elmo.recurrence import StepMatmuls
+    from spacy_elmo.kernels.batch_invariant import Blocking
+    from spacy_elmo.network.bilm import LstmLayer
+    from spacy_elmo.network.config import BiLMConfig
+    from spacy_elmo.network.recurrence import StepMatmuls
 
     config = BiLMConfig.preset("original")
     layer = LstmLayer(config.projection_dim, config)
@@ -310,7 +310,7 @@ def _seconds(call, runs: int = 10) -> float:
 def machine(threads: int) -> str:
     import torch
 
-    from spacy_elmo.machine import cpu_description
+    from spacy_elmo.kernels.machine import cpu_description
 
     return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
 
@@ -383,7 +383,7 @@ def rerun(peer: Path, threads: int, workloads: list, cap: str | None = None) -> 
 
 def write_outputs(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from spacy_elmo.io import atomic_write_json
+    from spacy_elmo.files import atomic_write_json
 
     name = results_name(report.get("capped"))
     atomic_write_json(RESULTS / f"{name}.json", report)

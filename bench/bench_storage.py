@@ -111,14 +111,14 @@ def main() -> None:
         "tokens": rows[0]["tokens"],
         "rows": rows,
     }
-    from spacy_elmo.io import atomic_write_json
+    from spacy_elmo.files import atomic_write_json
 
     atomic_write_json(RESULTS / "storage-cpu.json", report)
     write_section("bench_storage:cpu", markdown(report))
 
 
 def markdown(report: dict) -> list:
-    from spacy_elmo.storage import bytes_per_token
+    from spacy_elmo.pipeline.storage import bytes_per_token
 
     lines = [
         f"### What a doc keeps: the `store` settings ({report['date']})",
@@ -128,7 +128,7 @@ def markdown(report: dict) -> list:
         f"`nlp.pipe` (batches of {BATCH} docs) with every doc kept, each configuration in its own process. "
         "Bytes per token: of `Doc.to_bytes`, "
         "what the elmo component adds (over the same doc without it) and in all; formula: the arrays alone "
-        "(`spacy_elmo.storage.bytes_per_token`), for this preset and for the original model (3 x 1024). "
+        "(`spacy_elmo.pipeline.storage.bytes_per_token`), for this preset and for the original model (3 x 1024). "
         "Command: `python bench/bench_storage.py`.",
         "",
         "| store | store_dtype | added B/token | formula | all B/token | original model, formula | arrays kept (MB) "

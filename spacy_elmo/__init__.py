@@ -1,17 +1,18 @@
 """spacy-elmo: ELMo deep contextualized word representations for spaCy."""
 
-from .attributes import install_vector_hooks, register_extensions
-from .batch_invariant import Blocking
-from .bilm import BiLM, BiLMOutput
-from .component import Elmo
-from .config import PRESETS, BiLMConfig, ConfigError, config_from_options
-from .download import DownloadError
-from .efml import import_efml
-from .embed import embed_sentences, reset_state
-from .model_cache import download_model, resolve_weights
-from .models import CATALOGUE, PublishedModel
-from .task_mix import ElmoEmbed, ElmoTok2Vec, TaskMix
-from .weights import WeightsError, import_original, load_bilm, save_bilm
+from .hub.cache import download_model, resolve_weights
+from .hub.catalogue import CATALOGUE, PublishedModel
+from .hub.download import DownloadError
+from .kernels.batch_invariant import Blocking
+from .network.bilm import BiLM, BiLMOutput
+from .network.config import PRESETS, BiLMConfig, ConfigError, config_from_options
+from .network.sentences import embed_sentences, reset_state
+from .pipeline.component import Elmo
+from .pipeline.extensions import install_vector_hooks, register_extensions
+from .pipeline.task_mix import ElmoEmbed, ElmoTok2Vec, TaskMix
+from .weights.elmo_for_many_langs import import_efml
+from .weights.native import WeightsError, load_bilm, save_bilm
+from .weights.original import import_original
 
 __version__ = "0.1.0"
 

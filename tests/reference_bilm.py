@@ -3,7 +3,7 @@ characters, the LSTM one step at a time in float64. An independent check on the 
 
 import numpy as np
 
-from spacy_elmo.chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
+from spacy_elmo.network.chars import BOS_TOKEN, EOS_TOKEN, encode_tokens
 
 
 def _sigmoid(x):

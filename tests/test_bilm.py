@@ -7,8 +7,8 @@ from conftest import random_bilm
 from reference_bilm import ReferenceBiLM
 
 from spacy_elmo import embed_sentences
-from spacy_elmo.batch_invariant import Blocking
-from spacy_elmo.chars import encode_sentences
+from spacy_elmo.kernels.batch_invariant import Blocking
+from spacy_elmo.network.chars import encode_sentences
 
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog .".split(),
@@ -123,7 +123,7 @@ def corpus_like_sentences(count, seed):
 def kernels(request, monkeypatch):
     """Both ways the step loop keeps rows independent: oneDNN (any row count, CPU) and fixed
     shapes (where the oneDNN probe fails, and on GPU)."""
-    from spacy_elmo import onednn
+    from spacy_elmo.kernels import onednn
 
     if request.param == "onednn" and not onednn.available(torch.device("cpu")):
         pytest.skip("oneDNN's row-count invariance does not hold on this machine")
@@ -192,7 +192,7 @@ def test_token_blocks_of_any_size_give_the_same_bits_where_rows_do_not_depend_on
 
 
 def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
-    from spacy_elmo import onednn
+    from spacy_elmo.kernels import onednn
 
     if not onednn.available(torch.device("cpu")):
         pytest.skip("oneDNN's row-count invariance does not hold on this machine")
@@ -260,7 +260,7 @@ def test_bitwise_identical_at_original_size(clipped, path, kernels):
 
 
 def test_embeddings_initialize_as_torch_does_and_skip_it_on_the_meta_device():
-    from spacy_elmo.bilm import embedding
+    from spacy_elmo.network.bilm import embedding
 
     torch.manual_seed(3)
     expected = torch.nn.Embedding(12, 5, padding_idx=0).weight
@@ -276,11 +276,11 @@ def test_loading_weights_does_not_import_sympy(tmp_path):
     import subprocess
     import sys
 
-    from spacy_elmo.weights import save_bilm
+    from spacy_elmo.weights.native import save_bilm
 
     save_bilm(random_bilm(vocab_size=20), tmp_path / "bilm")
     script = (
-        "import sys; from spacy_elmo.weights import load_bilm; "
+        "import sys; from spacy_elmo.weights.native import load_bilm; "
         f"load_bilm({str(tmp_path / 'bilm')!r}); print('sympy' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -1,5 +1,5 @@
 """Similarity that means something: the common direction(s) of the vectors, estimated from real
-text, are removed before vectors reach token.vector / .similarity (spacy_elmo.centering)."""
+text, are removed before vectors reach token.vector / .similarity (spacy_elmo.pipeline.centering)."""
 
 import warnings
 
@@ -12,7 +12,7 @@ from spacy.tokens import Doc, DocBin
 from spacy.training import Example
 
 from spacy_elmo import install_vector_hooks
-from spacy_elmo.centering import MIN_CENTERING_TOKENS, Centering, check_centering_settings
+from spacy_elmo.pipeline.centering import MIN_CENTERING_TOKENS, Centering, check_centering_settings
 
 TEXT = "The bank raised its rates. We sat on the bank of the river and watched the boats."
 REFERENCE = SHARED / "data" / "corpus" / "valid.txt"

@@ -3,7 +3,7 @@ import random
 import numpy as np
 import pytest
 
-from spacy_elmo.chars import (
+from spacy_elmo.network.chars import (
     BEGIN_OF_WORD,
     CHAR_PAD,
     END_OF_WORD,
@@ -71,7 +71,7 @@ def test_encode_tokens_small_inputs(tokens):
 
 # --- a model's own vocabulary ------------------------------------------------------------------
 
-from spacy_elmo.chars import ByteChars, CharTable, TokenIndexer, WordTable  # noqa: E402
+from spacy_elmo.network.chars import ByteChars, CharTable, TokenIndexer, WordTable  # noqa: E402
 
 MARKS = dict(begin_of_word=1, end_of_word=2, pad=3, unknown=4, bos=5, eos=6)
 

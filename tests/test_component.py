@@ -263,7 +263,7 @@ def test_sentence_cache_is_exact_bounded_and_follows_the_weights(tiny_weights, t
     nlp("A completely different and much longer sentence goes here.")
     assert elmo._sentences._tokens <= 12
     from spacy_elmo import BiLM, BiLMConfig
-    from spacy_elmo.layers import set_bilm
+    from spacy_elmo.pipeline.bilm_layer import set_bilm
 
     set_bilm(elmo.model, BiLM(BiLMConfig.preset("tiny")))
     before = elmo.model.shims[0]._model

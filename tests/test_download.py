@@ -11,10 +11,10 @@ from file_server import FileServer
 from typer.testing import CliRunner
 
 from spacy_elmo import embed_sentences, load_bilm, save_bilm
-from spacy_elmo.cli import app
-from spacy_elmo.download import DownloadError, RemoteFile, cached_path, fetch
-from spacy_elmo.model_cache import download_model, resolve_weights
-from spacy_elmo.models import BILM_TF, CATALOGUE, PublishedModel
+from spacy_elmo.cli.app import app
+from spacy_elmo.hub.cache import download_model, resolve_weights
+from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, PublishedModel
+from spacy_elmo.hub.download import DownloadError, RemoteFile, cached_path, fetch
 
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["We", "sat", "by", "the", "river", "bank", "."]]
 
@@ -233,7 +233,7 @@ def test_an_nlpl_style_zip_of_a_bilm_tf_model_converts(cache, fixture_dir, fixtu
 def test_the_component_names_an_unknown_model_clearly(cache):
     import spacy
 
-    from spacy_elmo.models import UnknownModelError
+    from spacy_elmo.hub.catalogue import UnknownModelError
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": "orignal"})

@@ -123,7 +123,7 @@ def test_every_shared_word_similarity_set_is_scored_by_default(tmp_path):
 def test_typed_mix_settings_give_the_dict_that_the_extensions_read():
     import pytest
 
-    from spacy_elmo.mix_settings import MixSettings
+    from spacy_elmo.pipeline.mix_settings import MixSettings
 
     assert MixSettings.average(3) == MixSettings.for_layers(3)
     assert MixSettings.from_dict(MixSettings.average(3).as_dict()) == MixSettings.average(3)

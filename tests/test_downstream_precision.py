@@ -12,7 +12,7 @@ import typer
 from conftest import ROOT, run_report, with_this_checkout
 from typer.testing import CliRunner
 
-from spacy_elmo.component import Elmo
+from spacy_elmo.pipeline.component import Elmo
 from training.downstream import pipeline, precision, report, tasks
 from training.downstream.pipeline import with_precision
 

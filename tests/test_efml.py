@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from spacy_elmo import WeightsError, embed_sentences, load_bilm, save_bilm
-from spacy_elmo.efml import PUBLISHED_NETWORKS, import_efml, read_lexicon
-from spacy_elmo.weights import VOCABULARY_FILE
+from spacy_elmo.weights.elmo_for_many_langs import PUBLISHED_NETWORKS, import_efml, read_lexicon
+from spacy_elmo.weights.native import VOCABULARY_FILE
 
 MAX_CHARS = 10
 CELL_CLIP, PROJ_CLIP = 1.0, 0.4
@@ -184,7 +184,7 @@ def test_characters_are_the_models_own():
     from elmoformanylangs.elmo import read_list
     from elmoformanylangs.frontend import create_one_batch
 
-    from spacy_elmo.chars import CharTable
+    from spacy_elmo.network.chars import CharTable
 
     chars = lexicon([*"abcé東", "<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"])
     shifted = {c: i + 1 for c, i in chars.items()}
@@ -378,7 +378,7 @@ def test_a_pipeline_with_an_efml_model_saves_and_reloads(plain_model, tmp_path):
 def test_convert_efml_command(plain_model, tmp_path):
     from typer.testing import CliRunner
 
-    from spacy_elmo.cli import app
+    from spacy_elmo.cli.app import app
 
     result = CliRunner().invoke(app, ["convert-efml", str(plain_model), str(tmp_path / "bilm")])
     assert result.exit_code == 0, result.output
@@ -397,9 +397,9 @@ def test_a_zipped_efml_model_downloads_by_catalogue_name(plain_model, tmp_path, 
 
     from file_server import FileServer
 
-    from spacy_elmo.download import RemoteFile
-    from spacy_elmo.model_cache import download_model
-    from spacy_elmo.models import CATALOGUE, EFML, PublishedModel
+    from spacy_elmo.hub.cache import download_model
+    from spacy_elmo.hub.catalogue import CATALOGUE, EFML, PublishedModel
+    from spacy_elmo.hub.download import RemoteFile
 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     buffer = io.BytesIO()

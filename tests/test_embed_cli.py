@@ -70,7 +70,7 @@ def test_embed_reports_problems(tmp_path, pipeline):
 
 
 def test_embed_from_bilm_weights_equals_the_assembled_pipeline(tmp_path, tiny_weights):
-    from spacy_elmo.pipeline import assemble_pipeline
+    from spacy_elmo.pipeline.assembly import assemble_pipeline
 
     source = tmp_path / "input.txt"
     source.write_text("\n".join(LINES + ["Two sentences here. And a second one."]) + "\n", encoding="utf-8")
@@ -94,8 +94,8 @@ def test_a_gpu_where_there_is_none_is_a_clear_error(tmp_path, tiny_weights):
 def test_gpu_ids_one_worker_per_gpu(monkeypatch):
     import queue
 
-    from spacy_elmo import corpus_embed
-    from spacy_elmo.corpus_embed import EmbedSettings, parse_gpu_ids, worker_devices
+    from spacy_elmo.corpus import embedding
+    from spacy_elmo.corpus.embedding import EmbedSettings, parse_gpu_ids, worker_devices
 
     assert parse_gpu_ids("-1") == () and parse_gpu_ids("0") == (0,) and parse_gpu_ids("0,2") == (0, 2)
     with pytest.raises(ValueError, match="ids separated by commas .* got 'gpu0'"):
@@ -108,15 +108,15 @@ def test_gpu_ids_one_worker_per_gpu(monkeypatch):
         ((0, 0), 1, "distinct"),
     ):
         with pytest.raises(ValueError, match=problem):
-            corpus_embed._check(EmbedSettings(weights="w", gpu_ids=gpu_ids), processes)
+            embedding._check(EmbedSettings(weights="w", gpu_ids=gpu_ids), processes)
     loaded = []
-    monkeypatch.setattr(corpus_embed, "_load", lambda settings, gpu_id: loaded.append(gpu_id) or f"nlp on {gpu_id}")
+    monkeypatch.setattr(embedding, "_load", lambda settings, gpu_id: loaded.append(gpu_id) or f"nlp on {gpu_id}")
     devices = queue.Queue()
     for device in worker_devices(2, (0, 2)):
         devices.put(device)
     for _ in range(2):  # what each new worker process does first
-        corpus_embed._start_worker(EmbedSettings(weights="w", gpu_ids=(0, 2)), 1, devices)
-    assert loaded == [0, 2] and corpus_embed._WORKER["nlp"] == "nlp on 2"
+        embedding._start_worker(EmbedSettings(weights="w", gpu_ids=(0, 2)), 1, devices)
+    assert loaded == [0, 2] and embedding._WORKER["nlp"] == "nlp on 2"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
@@ -130,7 +130,7 @@ def test_one_worker_per_gpu_writes_what_one_gpu_writes(tmp_path, tiny_weights):
 
 
 def test_a_pipeline_or_weights(tmp_path, pipeline, tiny_weights):
-    from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
+    from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
 
     (tmp_path / "input.txt").write_text("one line\n", encoding="utf-8")
     for settings, problem in (
@@ -144,7 +144,7 @@ def test_a_pipeline_or_weights(tmp_path, pipeline, tiny_weights):
 
 
 def test_embed_writes_every_layer_whatever_the_store(tmp_path, tiny_weights):
-    from spacy_elmo.corpus_embed import EmbedSettings, _load
+    from spacy_elmo.corpus.embedding import EmbedSettings, _load
 
     make_nlp(tiny_weights, store="mix", store_dtype="float16").to_disk(tmp_path / "mixed")
     doc = _load(EmbedSettings(str(tmp_path / "mixed")))("A line to embed.")
@@ -184,14 +184,14 @@ def test_two_processes_in_shards_equal_one_process(tmp_path, pipeline):
 
 
 def test_a_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pipeline, monkeypatch):
-    from spacy_elmo import corpus_embed
-    from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
+    from spacy_elmo.corpus import embedding
+    from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
 
     (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
     settings = EmbedSettings(str(pipeline), shard_lines=5)
     embed_corpus(tmp_path / "corpus.txt", tmp_path / "reference.hdf5", settings, progress=False)
     computed = []
-    real_write = corpus_embed.write_embeddings
+    real_write = embedding.write_embeddings
 
     def write_then_die(nlp, lines, path, first, *args):
         if len(computed) == 2:
@@ -199,21 +199,21 @@ def test_a_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pipe
         computed.append(first)
         real_write(nlp, lines, path, first, *args)
 
-    monkeypatch.setattr(corpus_embed, "write_embeddings", write_then_die)
+    monkeypatch.setattr(embedding, "write_embeddings", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", settings, progress=False)
     shards = tmp_path / "out.hdf5.shards"
     assert sorted(p.name for p in shards.glob("shard-*")) == ["shard-00000.hdf5", "shard-00001.hdf5"]
     assert not (tmp_path / "out.hdf5").exists()
     computed.clear()
-    monkeypatch.setattr(corpus_embed, "write_embeddings", lambda *a: (computed.append(a[3]), real_write(*a))[1])
+    monkeypatch.setattr(embedding, "write_embeddings", lambda *a: (computed.append(a[3]), real_write(*a))[1])
     embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", settings, progress=False)
     assert computed == [10, 15, 20]  # only the missing shards, by their first line
     assert_same_file(tmp_path / "reference.hdf5", tmp_path / "out.hdf5")
 
 
 def test_shards_of_another_run_are_not_mixed_in(tmp_path, pipeline):
-    from spacy_elmo.corpus_embed import EmbedSettings, embed_corpus
+    from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
 
     (tmp_path / "corpus.txt").write_text("one\ntwo\nthree\n")
     (tmp_path / "out.hdf5.shards").mkdir()

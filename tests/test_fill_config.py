@@ -10,7 +10,7 @@ from spacy.cli.init_config import fill_config
 from spacy.training import Example
 from spacy.util import load_config
 
-from spacy_elmo.task_mix import task_mixes
+from spacy_elmo.pipeline.task_mix import task_mixes
 
 CONFIGS = sorted((ROOT / "training" / "configs").glob("*.cfg"))
 ELMO_CONFIGS = [path for path in CONFIGS if path.stem.endswith("-elmo")]

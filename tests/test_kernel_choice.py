@@ -1,5 +1,5 @@
 """Each precision decides once, from this CPU's features (as capped) and probes of the kernels: a fast
-kernel, exact fp32 with one warning, or a refusal at initialize (spacy_elmo.kernel_choice). Lesser
+kernel, exact fp32 with one warning, or a refusal at initialize (spacy_elmo.kernels.kernel_choice). Lesser
 CPUs are simulated two ways: their features (monkeypatched), and oneDNN/ATen caps in subprocesses."""
 
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import ROOT, make_nlp, with_this_checkout
 
-from spacy_elmo import kernel_choice, machine, quantized
+from spacy_elmo.kernels import kernel_choice, machine, quantized
 
 CPU = torch.device("cpu")
 AVX2 = frozenset({"avx2", "fma"})  # an AMD EPYC before Zen 4, an Intel before Ice Lake

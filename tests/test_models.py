@@ -5,8 +5,8 @@ from urllib.parse import urlparse
 import pytest
 import spacy
 
-from spacy_elmo.models import BILM_TF, CATALOGUE, EFML, UnknownModelError, get_model, models_for_language
-from spacy_elmo.pipeline import package_name
+from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, EFML, UnknownModelError, get_model, models_for_language
+from spacy_elmo.pipeline.assembly import package_name
 
 
 def test_catalogue_holds_allennlp_models_and_44_efml_languages():

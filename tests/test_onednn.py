@@ -5,9 +5,9 @@ import os
 import pytest
 import torch
 
-from spacy_elmo import onednn
-from spacy_elmo.batch_invariant import linear_rows
-from spacy_elmo.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
+from spacy_elmo.kernels import onednn
+from spacy_elmo.kernels.batch_invariant import linear_rows
+from spacy_elmo.network.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
 
 needs_onednn = pytest.mark.skipif(
     not onednn.available(torch.device("cpu")), reason="oneDNN's row-count invariance does not hold on this machine"

@@ -67,9 +67,9 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
     from typer.testing import CliRunner
 
     from spacy_elmo import embed_sentences
-    from spacy_elmo.cli import app
-    from spacy_elmo.download import RemoteFile
-    from spacy_elmo.models import BILM_TF, CATALOGUE, PublishedModel
+    from spacy_elmo.cli.app import app
+    from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, PublishedModel
+    from spacy_elmo.hub.download import RemoteFile
 
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     files = {

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from spacy_elmo import embed_sentences, import_original, reset_state
-from spacy_elmo.chars import encode_tokens
+from spacy_elmo.network.chars import encode_tokens
 
 TOLERANCE = 1e-5
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import make_nlp, random_bilm
 
-from spacy_elmo import embed_sentences, kernel_choice, quantized
+from spacy_elmo import embed_sentences
+from spacy_elmo.kernels import kernel_choice, quantized
 
 SENTENCES = [
     ["The", "bank", "raised", "its", "interest", "rates", "."],
@@ -183,7 +184,7 @@ def test_embed_takes_int8(tmp_path, tiny_weights):
 
     import h5py
 
-    from spacy_elmo.pipeline import assemble_pipeline
+    from spacy_elmo.pipeline.assembly import assemble_pipeline
 
     lines = ["The bank raised its rates.", "We sat on the bank of the river. It was warm."]
     (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -319,7 +320,7 @@ def test_int8_results_are_the_same_through_onednn_and_int_mm(monkeypatch):
 
 
 def test_operand_sends_int8_to_the_quantized_path():
-    from spacy_elmo.precision import operand
+    from spacy_elmo.kernels.precision import operand
 
     with pytest.raises(ValueError, match="run int8 through quantized.linear"):
         operand(torch.ones(2, 2), "int8")

@@ -111,7 +111,7 @@ def test_the_extensions_come_with_the_import():
 def test_registering_again_leaves_extensions_and_data_alone(tiny_weights):
     from spacy.tokens import Doc
 
-    from spacy_elmo.attributes import register_extensions
+    from spacy_elmo.pipeline.extensions import register_extensions
 
     doc = make_nlp(tiny_weights)(TEXT)
     layers, before = doc._.elmo_data, Doc.get_extension("elmo")

@@ -5,7 +5,7 @@ import pytest
 import spacy
 from conftest import make_nlp
 
-from spacy_elmo.storage import bytes_per_token
+from spacy_elmo.pipeline.storage import bytes_per_token
 
 TEXT = "The bank raised its rates. We sat on the bank of the river and  watched the boats."
 STORES = ("layers", "mix", "tensor")

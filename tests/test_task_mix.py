@@ -10,7 +10,7 @@ from spacy.tokens import Doc
 from thinc.api import Adam
 
 from spacy_elmo import ElmoEmbed, ElmoTok2Vec, TaskMix
-from spacy_elmo.task_mix import mix_weights, task_mixes
+from spacy_elmo.pipeline.task_mix import mix_weights, task_mixes
 
 VOCAB = spacy.blank("en").vocab
 

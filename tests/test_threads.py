@@ -34,7 +34,7 @@ def test_layers_are_the_same_with_one_thread_and_with_two():
 def test_elementwise_functions_give_the_same_bits_on_any_thread_count():
     """Large slices run on every thread (a whole number of single-thread slices each): each
     element must still take the code path it takes on one thread, wherever it sits."""
-    from spacy_elmo.batch_invariant import _SINGLE_THREAD_ELEMENTS, elementwise_
+    from spacy_elmo.kernels.batch_invariant import _SINGLE_THREAD_ELEMENTS, elementwise_
 
     threads = torch.get_num_threads()
     x = torch.randn(7 * _SINGLE_THREAD_ELEMENTS + 123, generator=torch.Generator().manual_seed(3)) * 4

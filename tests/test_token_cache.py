@@ -3,7 +3,7 @@ import torch
 from conftest import random_bilm
 
 from spacy_elmo import embed_sentences
-from spacy_elmo.token_cache import TokenCache
+from spacy_elmo.network.token_cache import TokenCache
 
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "sat"], ["the", "cat", "ran", "far", "away"]]
 

@@ -173,8 +173,8 @@ def test_a_setting_of_the_wrong_type_is_an_error_naming_it_its_value_and_the_typ
 
 
 def test_unknown_optimizer_or_softmax_names_the_known_ones():
-    from spacy_elmo.bilm import BiLM
-    from spacy_elmo.config import BiLMConfig
+    from spacy_elmo.network.bilm import BiLM
+    from spacy_elmo.network.config import BiLMConfig
     from training.objective import LanguageModelLoss
     from training.optimizers import make_optimizer
 

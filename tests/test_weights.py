@@ -9,7 +9,7 @@ import torch
 from conftest import random_bilm
 
 from spacy_elmo import WeightsError, embed_sentences, import_original, load_bilm, save_bilm
-from spacy_elmo.weights import CONFIG_FILE, WEIGHTS_FILE
+from spacy_elmo.weights.native import CONFIG_FILE, WEIGHTS_FILE
 
 SENTENCES = [["Native", "round", "trip", "."], ["exact", "to", "the", "bit"]]
 
@@ -177,7 +177,7 @@ def test_convert_cli_reports_errors(tmp_path, fixture_dir):
 def table_bilm():
     """A biLM with its own char table (odd characters included) and a word table."""
     from spacy_elmo import BiLM, BiLMConfig
-    from spacy_elmo.chars import CharTable, TokenIndexer, WordTable
+    from spacy_elmo.network.chars import CharTable, TokenIndexer, WordTable
 
     chars = CharTable(
         {"a": 7, "\ud800": 8, "\n": 9, '"': 10, "😀": 11, "\\": 12},
@@ -201,7 +201,7 @@ def table_bilm():
 
 
 def test_table_model_round_trip(tmp_path, seeded):
-    from spacy_elmo.weights import VOCABULARY_FILE
+    from spacy_elmo.weights.native import VOCABULARY_FILE
 
     bilm = table_bilm()
     save_bilm(bilm, tmp_path / "model")
@@ -229,7 +229,7 @@ def test_table_model_round_trip(tmp_path, seeded):
     ],
 )
 def test_broken_vocabulary(tmp_path, seeded, corrupt, fragment):
-    from spacy_elmo.weights import VOCABULARY_FILE
+    from spacy_elmo.weights.native import VOCABULARY_FILE
 
     save_bilm(table_bilm(), tmp_path / "model")
     corrupt(tmp_path / "model" / VOCABULARY_FILE)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from spacy_elmo.chars import BOS_TOKEN, EOS_TOKEN, TokenIndexer
+from spacy_elmo.network.chars import BOS_TOKEN, EOS_TOKEN, TokenIndexer
 
 from .corpus import read_shard, shard_paths
 from .vocab import Vocabulary

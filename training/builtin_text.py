@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optiona
 
 import typer
 
-from spacy_elmo.io import atomic_write_text
+from spacy_elmo.files import atomic_write_text
 
 WIKIPEDIA_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 BULGARIAN_WIKIPEDIA_SAMPLE = "bgwiki-latest-pages-articles-shortened.xml.bz2"

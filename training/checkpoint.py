@@ -18,8 +18,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from torch import Tensor
 
-from spacy_elmo.io import atomic_write_text
-from spacy_elmo.weights import save_bilm
+from spacy_elmo.files import atomic_write_text
+from spacy_elmo.weights.native import save_bilm
 
 from .vocab import Vocabulary
 

@@ -23,7 +23,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import typer
 from tqdm import tqdm
 
-from spacy_elmo.io import atomic_write_text
+from spacy_elmo.files import atomic_write_text
 
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"

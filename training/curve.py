@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from spacy_elmo.io import atomic_write
+from spacy_elmo.files import atomic_write
 
 
 def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float] = None, title: str = "") -> Path:

@@ -21,8 +21,8 @@ from typing import Dict, Iterable, List, Optional
 import torch
 import typer
 
-from spacy_elmo.io import atomic_write_text
-from spacy_elmo.weights import load_bilm
+from spacy_elmo.files import atomic_write_text
+from spacy_elmo.weights.native import load_bilm
 
 from .batching import TokenTable, TrainingBatch, batches_in_order
 from .checkpoint import resolve_checkpoint

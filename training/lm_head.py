@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from spacy_elmo.bilm import BiLM
-from spacy_elmo.config import BiLMConfig
-from spacy_elmo.weights import load_bilm, save_bilm
+from spacy_elmo.network.bilm import BiLM
+from spacy_elmo.network.config import BiLMConfig
+from spacy_elmo.weights.native import load_bilm, save_bilm
 
 from .checkpoint import resolve_checkpoint
 from .train_config import TrainConfig

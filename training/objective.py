@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spacy_elmo.bilm import BiLM
 from spacy_elmo.choices import choose
+from spacy_elmo.network.bilm import BiLM
 
 from .batching import TrainingBatch
 from .softmax import SOFTMAXES, full_nll

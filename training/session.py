@@ -12,8 +12,8 @@ from typing import Any, ContextManager, Dict, List
 import torch
 from torch import nn
 
-from spacy_elmo.bilm import BiLM
-from spacy_elmo.weights import load_bilm
+from spacy_elmo.network.bilm import BiLM
+from spacy_elmo.weights.native import load_bilm
 
 from .batching import Stream, TokenTable, TrainingBatch, dev_batches, open_streams
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint

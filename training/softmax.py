@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from spacy_elmo.bilm import LMHead
+from spacy_elmo.network.bilm import LMHead
 
 
 def full_nll(head: LMHead, hidden: Tensor, targets: Tensor, chunk: int = 0) -> Tensor:

@@ -21,7 +21,7 @@ from typing import Dict, List
 
 import typer
 
-from spacy_elmo.io import atomic_write
+from spacy_elmo.files import atomic_write
 
 from . import data, similarity, wic
 

@@ -1,5 +1,5 @@
 """Raw against centred vectors, from the same biLM: does removing the common direction(s) make
-cosine similarity mean more? (spacy_elmo.centering; the elmo component's ``center_vectors`` and
+cosine similarity mean more? (spacy_elmo.pipeline.centering; the elmo component's ``center_vectors`` and
 ``remove_directions``.) Writes metrics/downstream/centering.json and the plot
 bench/results/downstream-centering.png.
 
@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import typer
 
-from spacy_elmo.centering import CENTERING_TOKENS, Centering
+from spacy_elmo.pipeline.centering import CENTERING_TOKENS, Centering
 
 from ..corpus import read_sentences
 from .metrics import pyplot, save_metrics, save_plot

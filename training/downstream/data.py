@@ -26,7 +26,7 @@ import spacy
 import typer
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo.io import atomic_write_text
+from spacy_elmo.files import atomic_write_text
 
 from ..corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-from spacy_elmo.io import atomic_write, atomic_write_text
+from spacy_elmo.files import atomic_write, atomic_write_text
 
 METRICS = Path("metrics/downstream")
 

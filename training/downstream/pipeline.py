@@ -16,8 +16,8 @@ from pathlib import Path
 
 import typer
 
-from spacy_elmo.io import atomic_directory
-from spacy_elmo.precision import check_precision
+from spacy_elmo.files import atomic_directory
+from spacy_elmo.kernels.precision import check_precision
 
 from ..packaging.assemble import assemble
 

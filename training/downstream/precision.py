@@ -1,5 +1,5 @@
 """UPOS accuracy at 1% with the elmo component in each precision (``precision``: fp32, bf16, int8;
-spacy_elmo/precision.py): the +ELMo tagger of training.downstream.tasks, trained and evaluated with
+spacy_elmo/kernels/precision.py): the +ELMo tagger of training.downstream.tasks, trained and evaluated with
 the same biLM pipeline, data, budget and seeds, the frozen component's matmuls in fp32, bf16 or int8.
 Writes metrics/downstream/precision.json and the plot bench/results/downstream-precision.png.
 
@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 import typer
 
-from spacy_elmo.precision import PRECISIONS
+from spacy_elmo.kernels.precision import PRECISIONS
 
 from .metrics import METRICS, pyplot, save_metrics, save_plot
 from .pipeline import precision_parameter

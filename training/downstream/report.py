@@ -15,8 +15,8 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 import typer
 
-from spacy_elmo.io import atomic_write_text
-from spacy_elmo.machine import cpu_description
+from spacy_elmo.files import atomic_write_text
+from spacy_elmo.kernels.machine import cpu_description
 
 from .metrics import METRICS, load_metrics, pyplot, save_plot
 
@@ -248,7 +248,8 @@ def centering_section(result: Dict, plot: Path, home: Path) -> str:
         "",
         f"For each kind of vector the mean, and the top D principal directions of the centred vectors, are estimated "
         f"from {result['tokens']:,} tokens of {_shown(result['text'])} (the component's `center_vectors` and "
-        "`remove_directions` settings; spacy_elmo/centering.py), then WiC and word similarity are measured as in "
+        "`remove_directions` settings; spacy_elmo/pipeline/centering.py), then WiC and word similarity are measured "
+        "as in "
         "sections 3 and 5. Random-pair cosine: the mean cosine of 5,000 random pairs of tokens of that text. "
         + _verdict(result, kind),
         "",
@@ -311,7 +312,8 @@ def precision_section(result: Dict, plot: Path, home: Path) -> str:
         "## 7. UPOS at 1% with reduced-precision ELMo",
         "",
         f"The +ELMo tagger of section 1 at {result['size']}% of the training data, trained and evaluated with the "
-        "frozen elmo component's matmuls in each precision (its `precision` setting; spacy_elmo/precision.py), by "
+        "frozen elmo component's matmuls in each precision (its `precision` setting; spacy_elmo/kernels/precision.py), "
+        "by "
         "training/downstream/precision.py (the workflow's `downstream-precision`). "
         f"The same biLM pipeline ({_shown(result['pipeline'])}), data, training budget and seeds were used for all "
         f"{len(per_precision)} precisions; only the precision differs, in training and in evaluation. Mean over seeds "

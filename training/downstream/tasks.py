@@ -225,7 +225,7 @@ def learned_mix(model_path: Path) -> Tuple[List[float], float]:
     """(softmax-normalized layer weights, gamma) of the ELMo task mix in a trained model."""
     import spacy
 
-    from spacy_elmo.task_mix import mix_weights, task_mixes
+    from spacy_elmo.pipeline.task_mix import mix_weights, task_mixes
 
     nlp = spacy.load(model_path)
     for _, component in nlp.pipeline:

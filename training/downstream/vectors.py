@@ -10,7 +10,7 @@ from typing import Dict, List
 import numpy as np
 from spacy.tokens import Doc
 
-from spacy_elmo.mix_settings import MixSettings, mix_layers
+from spacy_elmo.pipeline.mix_settings import MixSettings, mix_layers
 
 from .metrics import METRICS
 

@@ -6,7 +6,7 @@ sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` com
 
 With ``--centering-corpus`` the elmo component estimates the common direction of its vectors from
 the first sentences of that corpus and its vector hooks remove it (``center_vectors``;
-spacy_elmo.centering): token.vector and .similarity then compare centred vectors.
+spacy_elmo.pipeline.centering): token.vector and .similarity then compare centred vectors.
 
 training.downstream.pipeline assembles the pipeline its task models train with here too.
 """
@@ -21,7 +21,7 @@ import typer
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from spacy_elmo.pipeline import assemble_pipeline
+from spacy_elmo.pipeline.assembly import assemble_pipeline
 
 from ..corpus import read_sentences, shard_paths
 

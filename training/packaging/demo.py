@@ -29,7 +29,7 @@ import numpy as np
 import typer
 from spacy.tokens import Doc
 
-from spacy_elmo.io import atomic_write_text
+from spacy_elmo.files import atomic_write_text
 
 from ..corpus import read_sentences
 from ..downstream.vectors import row_cosines

@@ -24,7 +24,7 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
-from .io import atomic_write_json
+from ..files import atomic_write_json
 
 CACHE_ENVIRONMENT_VARIABLE = "SPACY_ELMO_CACHE"
 CHUNK_BYTES = 1 << 20

@@ -8,10 +8,11 @@ from pathlib import Path
 import typer
 from wasabi import msg
 
-from .config import ConfigError
-from .download import DownloadError
-from .models import CATALOGUE, UnknownModelError
-from .weights import WeightsError, import_original, load_bilm, save_bilm
+from ..hub.catalogue import CATALOGUE, UnknownModelError
+from ..hub.download import DownloadError
+from ..network.config import ConfigError
+from ..weights.native import WeightsError, load_bilm, save_bilm
+from ..weights.original import import_original
 
 _MODEL_ERRORS = (WeightsError, ConfigError, DownloadError, UnknownModelError, FileExistsError)
 
@@ -41,8 +42,8 @@ def convert_efml(
     output: Path = typer.Argument(..., help="Directory for the native biLM."),
 ) -> None:
     """Convert an ELMoForManyLangs model to the native format (its .pkl files are read without unpickling code)."""
-    from .efml import import_efml
-    from .io import atomic_directory
+    from ..files import atomic_directory
+    from ..weights.elmo_for_many_langs import import_efml
 
     try:
         bilm = import_efml(model_dir)
@@ -86,7 +87,7 @@ def download(
 
     Files are cached: a second call downloads nothing, an interrupted download resumes. Offline,
     place the files in the cache by hand (the error names the path) or use file:// URLs."""
-    from .model_cache import download_model
+    from ..hub.cache import download_model
 
     try:
         download_model(name, output, options=options, weights=weights, cache=cache)
@@ -110,7 +111,7 @@ def package(
     ),
 ) -> None:
     """Build an installable spaCy pipeline (e.g. en_elmo_original) from a published model."""
-    from .pipeline import package_published
+    from ..pipeline.assembly import package_published
 
     try:
         folder = package_published(name, output, version=version, lang=lang, centering_text=centering_text)
@@ -148,8 +149,8 @@ def _machine_report() -> None:
 
     import torch
 
-    from . import kernel_choice
-    from .machine import cpu_description
+    from ..kernels import kernel_choice
+    from ..kernels.machine import cpu_description
 
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     rows = []
@@ -211,8 +212,8 @@ def embed(
 
     Shards are written to OUTPUT.shards/ as they finish; after a kill, the same command computes only
     the missing ones. The merged file equals a single-process run."""
-    from .corpus_embed import EmbedSettings, embed_corpus, parse_gpu_ids
-    from .precision import check_precision
+    from ..corpus.embedding import EmbedSettings, embed_corpus, parse_gpu_ids
+    from ..kernels.precision import check_precision
 
     try:
         settings = EmbedSettings(

@@ -28,7 +28,7 @@ from typing import Callable, Dict, Optional, Sequence, Union
 import numpy as np
 from spacy.tokens import Doc
 
-from .choices import choose
+from ..choices import choose
 from .mix_settings import MixSettings, mix_layers
 
 # store name -> writer(doc, layers (L+1, n, 2P) float32, mix, dtype, with_tensor)

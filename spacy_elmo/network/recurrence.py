@@ -28,8 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from . import onednn, quantized
-from .batch_invariant import Blocking, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
+from ..kernels import onednn, quantized
+from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
 
 LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 

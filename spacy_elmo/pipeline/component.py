@@ -30,7 +30,11 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, NumpyOps
 
-from .attributes import install_vector_hooks
+from ..hub.cache import resolve_weights
+from ..kernels.precision import check_precision
+from ..network.sentences import batches_by_length
+from ..weights.native import load_bilm
+from .bilm_layer import get_bilm, set_bilm
 from .centering import (
     CENTERING_TOKENS,
     MIN_CENTERING_TOKENS,
@@ -39,14 +43,10 @@ from .centering import (
     check_centering_settings,
     text_lines,
 )
-from .embed import batches_by_length
-from .layers import get_bilm, set_bilm
+from .extensions import install_vector_hooks
 from .listeners import MixListeners
 from .mix_settings import MixSettings, check_mix_settings, mix_layers
-from .model_cache import resolve_weights
-from .precision import check_precision
 from .storage import Storage
-from .weights import load_bilm
 
 DEFAULT_MODEL = Config().from_str(
     """

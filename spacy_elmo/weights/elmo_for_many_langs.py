@@ -33,10 +33,10 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from .bilm import BiLM
-from .chars import CharTable, TokenIndexer, WordTable
-from .config import BiLMConfig, ConfigError, config_from_efml
-from .weights import WeightsError, load_state
+from ..network.bilm import BiLM
+from ..network.chars import CharTable, TokenIndexer, WordTable
+from ..network.config import BiLMConfig, ConfigError, config_from_efml
+from .native import WeightsError, load_state
 
 MODEL_CONFIG = "config.json"
 CHAR_DIC, WORD_DIC = "char.dic", "word.dic"

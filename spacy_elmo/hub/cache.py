@@ -21,10 +21,11 @@ import zipfile
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
+from ..files import atomic_directory, atomic_write_json
+from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
+from ..weights.original import import_original
+from .catalogue import BILM_TF, PublishedModel, get_model
 from .download import DownloadError, RemoteFile, cache_dir, fetch, recorded_sha256
-from .io import atomic_directory, atomic_write_json
-from .models import BILM_TF, PublishedModel, get_model
-from .weights import CONFIG_FILE, WEIGHTS_FILE, WeightsError, import_original, save_bilm
 
 SOURCE_FILE = "source.json"
 _URL_SCHEMES = ("http://", "https://", "file://")
@@ -112,13 +113,13 @@ def download_model(
 
 def convert_directory(folder: Path):
     """A BiLM from a folder holding (somewhere inside) a native, bilm-tf or ELMoForManyLangs model."""
-    from .weights import load_bilm
+    from ..weights.native import load_bilm
 
     for config in sorted(folder.rglob(CONFIG_FILE)):
         if (config.parent / WEIGHTS_FILE).is_file():
             return load_bilm(config.parent)
     for encoder in sorted(folder.rglob("encoder.pkl")):
-        from .efml import import_efml
+        from ..weights.elmo_for_many_langs import import_efml
 
         return import_efml(encoder.parent)
     for options in sorted(folder.rglob("options.json")):

@@ -34,10 +34,10 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
-from .choices import choose
-from .download import sha256_of
-from .hdf5_embeddings import LAYER_SELECTIONS, read_lines, write_embeddings, write_sentence_index
-from .io import atomic_write, atomic_write_json
+from ..choices import choose
+from ..files import atomic_write, atomic_write_json
+from ..hub.download import sha256_of
+from .hdf5_output import LAYER_SELECTIONS, read_lines, write_embeddings, write_sentence_index
 
 MANIFEST = "manifest.json"
 
@@ -261,14 +261,14 @@ def _no_such_gpu(gpu_id: int, problem: str) -> ValueError:
 def _with_local_weights(settings: EmbedSettings) -> EmbedSettings:
     if settings.weights is None:
         return settings
-    from .model_cache import resolve_weights
+    from ..hub.cache import resolve_weights
 
     return replace(settings, weights=str(resolve_weights(settings.weights)))
 
 
 def _load(settings: EmbedSettings, gpu_id: int = -1):
     """The pipeline, on GPU ``gpu_id`` (-1: the CPU), writing every layer in float32."""
-    from .component import Elmo
+    from ..pipeline.component import Elmo
 
     use_gpu(gpu_id)
     nlp = _pipeline(settings)
@@ -285,8 +285,8 @@ def _load(settings: EmbedSettings, gpu_id: int = -1):
 def _pipeline(settings: EmbedSettings):
     import spacy
 
-    from .pipeline import assemble_pipeline
-    from .weights import CONFIG_FILE
+    from ..pipeline.assembly import assemble_pipeline
+    from ..weights.native import CONFIG_FILE
 
     if settings.weights is not None:
         return assemble_pipeline(settings.weights, settings.lang or "en")

@@ -19,9 +19,9 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
+from ..hub.cache import resolve_weights
+from ..hub.catalogue import PublishedModel, get_model
 from .centering import text_lines
-from .model_cache import resolve_weights
-from .models import PublishedModel, get_model
 
 PathLike = Union[str, Path]
 

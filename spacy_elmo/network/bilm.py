@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import kernel_choice, recurrence
-from .batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
+from ..kernels import kernel_choice
+from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
+from . import recurrence
 from .chars import CHAR_PAD, CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .recurrence import LanePlan, LstmState, PackedOrder

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .choices import choose
+from ..choices import choose
 
 # pooling name -> (n, 2P) mixed token vectors -> (2P,)
 POOLINGS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {

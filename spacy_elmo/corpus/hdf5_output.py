@@ -11,8 +11,8 @@ import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from .choices import choose
-from .storage import stored_layers
+from ..choices import choose
+from ..pipeline.storage import stored_layers
 
 # What is stored per line, from its layers (L+1, T, 2P).
 LAYER_SELECTIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {

@@ -19,10 +19,10 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp
 from thinc.types import Floats3d
 from torch import nn
 
-from .bilm import BiLM
-from .chars import TokenIndexer
-from .config import BiLMConfig
-from .embed import contextual_layers, split_sentences
+from ..network.bilm import BiLM
+from ..network.chars import TokenIndexer
+from ..network.config import BiLMConfig
+from ..network.sentences import contextual_layers, split_sentences
 
 Sentences = List[List[str]]
 
@@ -131,7 +131,7 @@ def serialize_encoder(encoder: SentenceEncoder) -> bytes:
 def deserialize_encoder(encoder: SentenceEncoder, data: bytes, device: torch.device) -> SentenceEncoder:
     from safetensors.torch import load
 
-    from .weights import load_state
+    from ..weights.native import load_state
 
     message = srsly.msgpack_loads(data)
     vocabulary = message.get("vocabulary")

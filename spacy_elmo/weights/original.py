@@ -1,0 +1,97 @@
+"""The original ELMo release: ``options.json`` + ``weights.hdf5`` as written by the TensorFlow
+biLM (bilm-tf), read into a BiLM (needs h5py: ``pip install spacy-elmo[h5]``). TensorFlow's LSTM
+gate order and its run-time forget bias are turned into PyTorch's order and a folded bias."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor
+
+from ..network.bilm import BiLM
+from ..network.config import BiLMConfig, ConfigError, config_from_options
+from .native import PathLike, WeightsError, load_state
+
+_TF_GATES = ("i", "j", "f", "o")  # TensorFlow's LSTMCell order; j is the cell input
+_TORCH_GATES = ("i", "f", "j", "o")
+_FORGET_BIAS = 1.0  # TensorFlow's LSTMCell adds it at run time; we fold it into the bias
+
+
+def import_original(options_path: PathLike, weights_path: PathLike, config: Optional[BiLMConfig] = None) -> BiLM:
+    """Build a BiLM from the original ``options.json`` and ``weights.hdf5``."""
+    options_path, weights_path = Path(options_path), Path(weights_path)
+    try:
+        config = config or config_from_options(options_path)
+    except ConfigError as err:
+        raise WeightsError(str(err)) from None
+    bilm = BiLM(config)
+    with _open_hdf5(weights_path) as source:
+        state = _original_state(source, config, weights_path, options_path)
+    load_state(bilm, state, weights_path)
+    return bilm.eval()
+
+
+def _open_hdf5(path: Path):
+    try:
+        import h5py
+    except ImportError:
+        raise WeightsError("Reading original ELMo weights needs h5py: pip install 'spacy-elmo[h5]'") from None
+    if not path.is_file():
+        raise WeightsError(f"{path}: file not found.")
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise WeightsError(f"{path}: not a readable HDF5 file ({err}).") from None
+
+
+def _original_state(source, config: BiLMConfig, path: Path, options_path: Path) -> Dict[str, Tensor]:
+    def read(name: str, shape) -> Tensor:
+        if name not in source:
+            raise WeightsError(f"{path} has no dataset {name!r}: does it belong to {options_path}?")
+        array = source[name][...]
+        if tuple(array.shape) != tuple(shape):
+            raise WeightsError(
+                f"{path}: dataset {name!r} has shape {tuple(array.shape)} but {options_path} implies "
+                f"{tuple(shape)}; the options do not match the weights."
+            )
+        return torch.from_numpy(array).float()
+
+    state: Dict[str, Tensor] = {}
+    embed_dim, n_filters, proj = config.char_embedding_dim, config.n_filters, config.projection_dim
+    chars = read("char_embed", (config.n_characters - 1, embed_dim))
+    state["char_encoder.embedding.weight"] = torch.cat([chars.new_zeros(1, embed_dim), chars])
+    for index, (width, count) in enumerate(config.filters):
+        weight = read(f"CNN/W_cnn_{index}", (1, width, embed_dim, count))
+        state[f"char_encoder.convs.{index}.weight"] = weight[0].permute(2, 1, 0).contiguous()
+        state[f"char_encoder.convs.{index}.bias"] = read(f"CNN/b_cnn_{index}", (count,))
+    for k in range(config.n_highway):
+        prefix, target = f"CNN_high_{k}", f"char_encoder.highways.{k}"
+        # The original calls g "carry" although it scales the transform: g*relu(.) + (1-g)*x.
+        state[f"{target}.gate.weight"] = read(f"{prefix}/W_carry", (n_filters, n_filters)).t().contiguous()
+        state[f"{target}.gate.bias"] = read(f"{prefix}/b_carry", (n_filters,))
+        state[f"{target}.transform.weight"] = read(f"{prefix}/W_transform", (n_filters, n_filters)).t().contiguous()
+        state[f"{target}.transform.bias"] = read(f"{prefix}/b_transform", (n_filters,))
+    state["char_encoder.projection.weight"] = read("CNN_proj/W_proj", (n_filters, proj)).t().contiguous()
+    state["char_encoder.projection.bias"] = read("CNN_proj/b_proj", (proj,))
+    for direction, stack in ((0, "forward_layers"), (1, "backward_layers")):
+        for layer in range(config.n_layers):
+            cell = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            state.update(_original_lstm(read, cell, f"{stack}.{layer}", config))
+    return state
+
+
+def _original_lstm(read, cell: str, target: str, config: BiLMConfig) -> Dict[str, Tensor]:
+    cells, proj = config.lstm_dim, config.projection_dim
+    kernel = read(f"{cell}/W_0", (proj + proj, 4 * cells)).t()  # (4H, I + P), inputs then recurrent
+    bias = read(f"{cell}/B", (4 * cells,)).clone()
+    bias[_TF_GATES.index("f") * cells : (_TF_GATES.index("f") + 1) * cells] += _FORGET_BIAS
+    order = torch.cat([torch.arange(cells) + _TF_GATES.index(g) * cells for g in _TORCH_GATES])
+    kernel, bias = kernel[order], bias[order]
+    return {
+        f"{target}.weight_ih": kernel[:, :proj].contiguous(),
+        f"{target}.weight_hh": kernel[:, proj:].contiguous(),
+        f"{target}.bias": bias,
+        f"{target}.weight_hr": read(f"{cell}/W_P_0", (cells, proj)).t().contiguous(),
+    }
