@@ -287,8 +287,8 @@ def original_step_matmuls():
     import torch
 
     from spacy_elmo.kernels.batch_invariant import Blocking
-    from spacy_elmo.network.bilm import LstmLayer
     from spacy_elmo.network.config import BiLMConfig
+    from spacy_elmo.network.lstm_layer import LstmLayer
     from spacy_elmo.network.recurrence import StepMatmuls
 
     config = BiLMConfig.preset("original")

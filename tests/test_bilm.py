@@ -260,7 +260,7 @@ def test_bitwise_identical_at_original_size(clipped, path, kernels):
 
 
 def test_embeddings_initialize_as_torch_does_and_skip_it_on_the_meta_device():
-    from spacy_elmo.network.bilm import embedding
+    from spacy_elmo.network.char_encoder import embedding
 
     torch.manual_seed(3)
     expected = torch.nn.Embedding(12, 5, padding_idx=0).weight

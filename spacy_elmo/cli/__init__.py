@@ -1,8 +1,10 @@
 """The command line: ``python -m spacy_elmo COMMAND`` (or ``spacy-elmo COMMAND``).
 
-A new command goes here, in a module of its own when it is more than a few lines.
+A new command goes in a module of its own here that registers it on ``app`` (as ``info`` and
+``embed`` do), imported below.
 """
 
+from . import embed, info  # noqa: F401  (they register their commands on app)
 from .app import app
 
 __all__ = ["app"]

@@ -1,8 +1,8 @@
-"""Command line: python -m spacy_elmo models | download | package | convert | convert-efml | info | embed."""
+"""The Typer app, and the commands on models and weights: models, download, package, convert, convert-efml.
+The other commands register themselves on ``app`` from their own modules (``info``, ``embed``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -31,7 +31,7 @@ def convert(
         save_bilm(bilm, output)
     except (WeightsError, ConfigError) as err:
         msg.fail("Conversion failed", str(err), exits=1)
-    msg.good(f"Saved the biLM to {output}", _describe(bilm))
+    msg.good(f"Saved the biLM to {output}", describe_bilm(bilm))
 
 
 @app.command("convert-efml")
@@ -51,7 +51,7 @@ def convert_efml(
             save_bilm(bilm, temporary)
     except _MODEL_ERRORS as err:
         msg.fail("Conversion failed", str(err), exits=1)
-    msg.good(f"Saved the biLM to {output}", _describe(bilm))
+    msg.good(f"Saved the biLM to {output}", describe_bilm(bilm))
 
 
 @app.command()
@@ -94,7 +94,7 @@ def download(
         bilm = load_bilm(output)
     except (*_MODEL_ERRORS, ValueError) as err:
         msg.fail("Download failed", str(err), exits=1)
-    msg.good(f"Saved the biLM '{name}' to {output}", _describe(bilm))
+    msg.good(f"Saved the biLM '{name}' to {output}", describe_bilm(bilm))
 
 
 @app.command()
@@ -121,119 +121,8 @@ def package(
     msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")
 
 
-@app.command()
-def info(
-    path: Path = typer.Argument(None, help="A native biLM directory."),
-    machine: bool = typer.Option(
-        False, "--machine", help="What this machine runs for each precision: the kernel, why, and the CPU features."
-    ),
-) -> None:
-    """Show a native biLM's configuration and size, or (--machine) what each precision runs here."""
-    if machine:
-        _machine_report()
-    if path is None:
-        if not machine:
-            msg.fail("Give a biLM directory, or --machine", exits=1)
-        return
-    try:
-        bilm = load_bilm(path)
-    except (WeightsError, ConfigError) as err:
-        msg.fail("Cannot load the biLM", str(err), exits=1)
-    msg.info(_describe(bilm))
-    print(json.dumps(bilm.config.to_dict(), indent=2))
-
-
-def _machine_report() -> None:
-    """One row per precision (and device): what runs, through which kernel, why, on which features."""
-    import warnings
-
-    import torch
-
-    from ..kernels import kernel_choice
-    from ..kernels.machine import cpu_description
-
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    rows = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", kernel_choice.PrecisionFallback)  # the table says it
-        for device in devices:
-            for precision in ("fp32", "bf16", "int8"):
-                choice = kernel_choice.choose(precision, device)
-                runs = choice.runs if not choice.fell_back else "fp32 (fallback)"
-                rows.append(
-                    (device.type, precision, runs, choice.kernel, ", ".join(choice.features) or "-", choice.reason)
-                )
-    msg.info(f"{cpu_description()}; torch {torch.__version__}")
-    msg.table(rows, header=("device", "precision", "runs", "kernel", "CPU features", "why"), divider=True)
-
-
-@app.command()
-def embed(
-    input_file: Path = typer.Argument(..., help="UTF-8 text, one sentence or paragraph per line."),
-    output_file: Path = typer.Argument(..., help="HDF5 file to write: a dataset per line + sentence_to_index."),
-    pipeline: str = typer.Option(
-        None, "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."
-    ),
-    weights: str = typer.Option(
-        None,
-        "--weights",
-        "-w",
-        help="Instead of --pipeline: biLM weights (a native biLM directory, a catalogue name, see `models`, or "
-        "a URL), read by blank(--lang) + sentencizer + elmo.",
-    ),
-    lang: str = typer.Option(None, "--lang", help="With --weights: the spaCy language that tokenizes (default: en)."),
-    layers: str = typer.Option(
-        "all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."
-    ),
-    tokenized: bool = typer.Option(False, "--tokenized", help="Lines are already tokenized: split on whitespace."),
-    batch_size: int = typer.Option(64, "--batch-size", help="Lines per batch (nlp.pipe)."),
-    precision: str = typer.Option(
-        None,
-        "--precision",
-        help=(
-            "fp32 (exact), bf16 (faster on CPUs with AMX/AVX512_BF16) or int8 (int8 weights and activations, for "
-            "CPUs with VNNI/AMX; the least exact); see README. Default: the pipeline's setting."
-        ),
-    ),
-    processes: int = typer.Option(
-        1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."
-    ),
-    shard_lines: int = typer.Option(
-        10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."
-    ),
-    gpu_id: str = typer.Option(
-        "-1",
-        "--gpu-id",
-        help="The GPU to run on (spacy.require_gpu), or GPUs separated by commas (0,1): one worker "
-        "process on each; -1: the CPU.",
-    ),
-) -> None:
-    """Embed every line of a text file with an ELMo pipeline, or with biLM weights alone, into HDF5.
-
-    Shards are written to OUTPUT.shards/ as they finish; after a kill, the same command computes only
-    the missing ones. The merged file equals a single-process run."""
-    from ..corpus.embedding import EmbedSettings, embed_corpus, parse_gpu_ids
-    from ..kernels.precision import check_precision
-
-    try:
-        settings = EmbedSettings(
-            pipeline=pipeline,
-            weights=weights,
-            lang=lang,
-            layers=layers,
-            tokenized=tokenized,
-            batch_size=batch_size,
-            precision=precision and check_precision(precision),
-            shard_lines=shard_lines,
-            gpu_ids=parse_gpu_ids(gpu_id),
-        )
-        count = embed_corpus(input_file, output_file, settings, processes=processes)
-    except (OSError, ValueError, ImportError) as err:
-        msg.fail("Embedding failed", str(err), exits=1)
-    msg.good(f"Wrote {count} lines to {output_file}")
-
-
-def _describe(bilm) -> str:
+def describe_bilm(bilm) -> str:
+    """One line on a biLM's size and shape, for the commands' reports."""
     config = bilm.config
     return (
         f"{bilm.parameter_count() / 1e6:.1f}M parameters; {config.n_layers} x {config.lstm_dim} cells "

@@ -1,8 +1,9 @@
 """The biLM of Peters et al. (2018) as torch modules.
 
 token strings -> ``TokenIndexer`` (chars.py) -> char ids (B, T, C) [+ word ids (B, T)] ->
-CharEncoder -> token representations (N, P) for the N real tokens ->
-forward and backward LSTM stacks (separate weights, residual between layers) ->
+``CharEncoder`` (char_encoder.py) -> token representations (N, P) for the N real tokens ->
+forward and backward stacks of ``LstmLayer`` (lstm_layer.py; separate weights, residual between
+layers, run as ``lstm_paths`` chooses) ->
 layers (L+1, B, T, 2P): layer 0 is the token representation repeated for both directions.
 
 Two ways through the network: under ``torch.no_grad()`` / ``torch.inference_mode()`` every kernel
@@ -15,218 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..kernels import kernel_choice
-from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
-from . import recurrence
-from .chars import CHAR_PAD, CharTable, TokenIndexer
+from ..kernels.batch_invariant import Blocking
+from .char_encoder import CharEncoder
+from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
-from .recurrence import LanePlan, LstmState, PackedOrder
+from .lstm_layer import LstmLayer
+from .lstm_paths import layer_runner
+from .recurrence import LstmState
 from .token_cache import TokenCache
-
-
-class Highway(nn.Module):
-    """y = g * relu(x W_t + b_t) + (1 - g) * x with g = sigmoid(x W_g + b_g); (N, F) -> (N, F)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.transform = nn.Linear(dim, dim)
-        self.gate = nn.Linear(dim, dim)
-
-    def forward(self, x: Tensor) -> Tensor:
-        gate = torch.sigmoid(self.gate(x))
-        return gate * torch.relu(self.transform(x)) + (1 - gate) * x
-
-    def forward_invariant(self, x: Tensor, rows: int, precision: str = "fp32") -> Tensor:
-        gate = elementwise_(Tensor.sigmoid_, linear_rows(x, self.gate.weight, self.gate.bias, rows, precision))
-        transform = linear_rows(x, self.transform.weight, self.transform.bias, rows, precision).relu_()
-        return gate * transform + (1 - gate) * x
-
-
-def embedding(count: int, dim: int, padding_idx: Optional[int] = None) -> nn.Embedding:
-    """``nn.Embedding(count, dim, padding_idx)``, initialized as torch initializes it except on the
-    meta device (a module built to receive loaded weights): there torch's ``normal_`` imports
-    sympy, measured at 0.8 s and 70 MB resident, for values the load replaces."""
-    weight = torch.empty(count, dim)
-    if not weight.is_meta:
-        with torch.no_grad():
-            nn.init.normal_(weight)
-            if padding_idx is not None:
-                weight[padding_idx] = 0
-    return nn.Embedding(count, dim, padding_idx=padding_idx, _weight=weight)
-
-
-class CharEncoder(nn.Module):
-    """Context-independent token representation: char ids (N, C) [+ word ids (N,)] -> (N, P).
-
-    Char embedding, one convolution per filter width, max over positions, activation, highway
-    layers; with a word embedding (``config.word_dim`` > 0), ``[word vector; highway output]`` (the
-    order of ELMoForManyLangs); then a linear projection. Characters after a token's end are
-    trimmed before the convolutions: windows made only of the pad character (``pad_id``) all give
-    the same value, which is added back to the max exactly.
-    """
-
-    def __init__(self, config: BiLMConfig, pad_id: int = CHAR_PAD) -> None:
-        super().__init__()
-        self.config = config
-        self.pad_id = pad_id
-        n_filters, dim = config.n_filters, config.char_embedding_dim
-        self.embedding = embedding(config.n_characters, dim, padding_idx=0)
-        self.convs = nn.ModuleList(nn.Conv1d(dim, count, width) for width, count in config.filters)
-        self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
-        self.projection = nn.Linear(config.word_dim + n_filters, config.projection_dim)
-        self.word_embedding = embedding(config.word_vocab_size, config.word_dim) if config.word_dim else None
-        self._activation = torch.relu if config.activation == "relu" else torch.tanh
-
-    def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
-        """Differentiable path. char_ids (N, C), word_ids (N,) or None -> (N, P)."""
-        self._check_word_ids(word_ids)
-        ids, trimmed = self._trim(char_ids)
-        chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
-        pad_windows = self._pad_windows() if trimmed else None
-        features = []
-        for index, conv in enumerate(self.convs):
-            best = F.conv1d(chars, conv.weight).amax(dim=2)  # (N, F_w)
-            if pad_windows is not None:
-                best = torch.maximum(best, pad_windows[index])
-            features.append(self._activation(best + conv.bias))
-        x = torch.cat(features, dim=1)
-        for highway in self.highways:
-            x = highway(x)
-        if word_ids is not None:
-            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return self.projection(x)
-
-    @torch.no_grad()
-    def forward_invariant(self, char_ids: Tensor, blocking: Blocking, word_ids: Optional[Tensor] = None) -> Tensor:
-        """Batch-invariant path: a token's representation is bitwise independent of the others.
-        Tokens run in blocks of ``blocking.token_block``, the last padded to a whole block; where
-        matmul rows do not depend on the row count, in blocks of ``blocking.token_block_any_rows``,
-        the last padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
-        functions). char_ids (N, C), word_ids (N,) or None -> (N, P)."""
-        self._check_word_ids(word_ids)
-        any_rows = rows_any_count(char_ids.device, blocking.precision)
-        block = blocking.token_block_any_rows if any_rows else blocking.token_block
-        pad_to = 32 if any_rows else block
-        n_tokens = char_ids.shape[0]
-        out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
-        pad_windows = self._pad_windows(blocking.gemm_rows, blocking.precision)
-        for start in range(0, n_tokens, block):
-            ids = char_ids[start : start + block]
-            words = word_ids[start : start + block] if word_ids is not None else None
-            missing = -ids.shape[0] % pad_to
-            if missing:
-                ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
-                words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
-            encoded = self._encode_block(ids, words, pad_windows, blocking.gemm_rows, blocking.precision)
-            out[start : start + block] = encoded[: n_tokens - start]
-        return out
-
-    def _encode_block(
-        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], rows: int, precision: str
-    ) -> Tensor:
-        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
-        projection GEMMs take the whole block (a fixed shape already); the convolution windows go
-        in ``rows`` chunks."""
-        ids, trimmed = self._trim(char_ids)
-        chars = self.embedding(ids)  # (n, C', E)
-        n_tokens = chars.shape[0]
-        features = []
-        for index, conv in enumerate(self.convs):
-            width = conv.kernel_size[0]
-            windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
-            n_windows = windows.shape[1]
-            flat = windows.reshape(n_tokens * n_windows, -1)
-            scores = linear_rows(flat, conv.weight.reshape(conv.out_channels, -1), None, rows, precision)
-            best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
-            if trimmed:
-                best = torch.maximum(best, pad_windows[index])
-            best += conv.bias
-            features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
-        x = torch.cat(features, dim=1)
-        for highway in self.highways:
-            x = highway.forward_invariant(x, n_tokens, precision)
-        if word_ids is not None:
-            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens, precision)
-
-    def _check_word_ids(self, word_ids: Optional[Tensor]) -> None:
-        if self.word_embedding is None and word_ids is not None:
-            raise ValueError("Word ids were given, but this biLM has no word embedding (word_dim = 0); pass None.")
-        if self.word_embedding is not None and word_ids is None:
-            raise ValueError(
-                f"This biLM has a word embedding (word_dim = {self.config.word_dim}) and needs word ids "
-                "beside the char ids: get both from bilm.encode_tokens(strings)."
-            )
-
-    def _trim(self, char_ids: Tensor) -> Tuple[Tensor, bool]:
-        """Cut the character axis after the longest token plus (widest filter - 1) pads, so that
-        every window touching a real character is kept. Returns (ids (N, C'), whether cut)."""
-        n_chars = char_ids.shape[1]
-        real = (char_ids != self.pad_id) & (char_ids != 0)
-        longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0
-        widest = max(width for width, _ in self.config.filters)
-        keep = min(n_chars, max(longest + widest - 1, widest))
-        return char_ids[:, :keep], keep < n_chars
-
-    def _pad_windows(self, rows: Optional[int] = None, precision: str = "fp32") -> List[Tensor]:
-        """Each convolution's scores (without bias) on a window of padding characters only;
-        with ``rows``, computed by the same fixed-shape kernel as the real windows."""
-        pad = self.embedding.weight[self.pad_id]  # (E,)
-        values = []
-        for conv in self.convs:
-            width = conv.kernel_size[0]
-            window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
-            weight = conv.weight.reshape(conv.out_channels, -1)
-            if rows is None:
-                values.append((window @ weight.t())[0])
-            else:
-                values.append(linear_rows(window, weight, None, rows, precision)[0])
-        return values
-
-
-class LstmLayer(nn.Module):
-    """One LSTM layer of one direction, with projection and optional clipping.
-
-    Parameters in PyTorch's gate order (input, forget, cell, output) and shapes, with a single
-    bias (the original has one): weight_ih (4H, I), weight_hh (4H, P), bias (4H,), weight_hr (P, H).
-    """
-
-    def __init__(self, input_dim: int, config: BiLMConfig) -> None:
-        super().__init__()
-        cells, proj = config.lstm_dim, config.projection_dim
-        self.weight_ih = nn.Parameter(torch.empty(4 * cells, input_dim))
-        self.weight_hh = nn.Parameter(torch.empty(4 * cells, proj))
-        self.bias = nn.Parameter(torch.empty(4 * cells))
-        self.weight_hr = nn.Parameter(torch.empty(proj, cells))
-        self.cell_clip = config.cell_clip
-        self.proj_clip = config.proj_clip
-        self.reset_parameters()
-
-    @property
-    def cells(self) -> int:
-        return self.weight_hr.shape[1]
-
-    @property
-    def projection_dim(self) -> int:
-        return self.weight_hr.shape[0]
-
-    @property
-    def is_clipped(self) -> bool:
-        return self.cell_clip is not None or self.proj_clip is not None
-
-    def reset_parameters(self) -> None:
-        bound = self.cells**-0.5
-        for weight in (self.weight_ih, self.weight_hh, self.weight_hr):
-            nn.init.uniform_(weight, -bound, bound)
-        with torch.no_grad():
-            self.bias.zero_()
-            self.bias[self.cells : 2 * self.cells] = 1.0  # forget gate open at the start
 
 
 class LMHead(nn.Module):
@@ -236,7 +40,7 @@ class LMHead(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, dim))
         self.bias = nn.Parameter(torch.zeros(vocab_size))
-        if not self.weight.is_meta:  # see ``embedding``
+        if not self.weight.is_meta:  # see ``char_encoder.embedding``
             nn.init.normal_(self.weight, std=dim**-0.5)
 
     def forward(self, hidden: Tensor) -> Tensor:
@@ -356,7 +160,14 @@ class BiLM(nn.Module):
         """
         if sum(lengths) != tokens.shape[0]:
             raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
-        run = self._layer_runner(list(lengths), path or self.lstm_path, initial_state is not None, tokens.device)
+        run = layer_runner(
+            self.config,
+            self.blocking_for_run(),
+            list(lengths),
+            path or self.lstm_path,
+            initial_state is not None,
+            tokens.device,
+        )
         outputs, finals = {}, {}
         for direction, stack in (("forward", self.forward_layers), ("backward", self.backward_layers)):
             x = tokens
@@ -372,46 +183,6 @@ class BiLM(nn.Module):
             layers.append(torch.cat([outputs["forward", depth], outputs["backward", depth]], dim=1))
         final_state = LstmState.from_layers(finals, self.config.n_layers) if initial_state is not None else None
         return torch.stack(layers), final_state
-
-    def _layer_runner(self, lengths: List[int], path: str, stateful: bool, device: torch.device):
-        """(layer, x (N, I), direction, start state) -> (y (N, P), final state or None)."""
-        if path not in ("auto", "step", "fused"):
-            raise ValueError(f"The LSTM path must be 'auto', 'step' or 'fused', got {path!r}.")
-        clipped = self.config.is_clipped
-        reduced = self._precision != "fp32"
-        if path == "fused" and (clipped or stateful or reduced):
-            reason = (
-                "the model clips its cells or projections"
-                if clipped
-                else "stateful runs need the step loop"
-                if stateful
-                else f"{self._precision} runs the step loop"
-            )
-            raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
-        if torch.is_grad_enabled():
-            if stateful:
-                raise ValueError("Stateful runs are for inference; call them under torch.no_grad().")
-            order = PackedOrder.build(lengths, device)
-            return lambda layer, x, direction, start: (recurrence.run_differentiable(layer, x, order, direction), None)
-        blocking = self.blocking_for_run()
-        if path == "fused" or (path == "auto" and not (clipped or stateful or reduced) and device.type == "cuda"):
-            plan = LanePlan.build(lengths, blocking.fused_rows, blocking.fused_steps, device)
-            return lambda layer, x, direction, start: recurrence.run_fused_blocks(
-                layer, x, plan, direction, start, blocking
-            )
-        plan = LanePlan.build(lengths, self._step_width(lengths, blocking, device), 1, device)
-        scratch = recurrence.Scratch()  # the layers run one after another: one input projection buffer
-        return lambda layer, x, direction, start: recurrence.run_step_loop(
-            layer, x, plan, direction, start, blocking, scratch
-        )
-
-    def _step_width(self, lengths: List[int], blocking: Blocking, device: torch.device) -> int:
-        """Lanes per chunk of the step loop: in int8, and in fp32 through oneDNN, as many as there
-        are sentences, up to ``step_lanes`` (any row count gives the same rows there); else the
-        fixed ``step_columns`` (bf16: measured 32 as the best balance of one sentence and many)."""
-        if not rows_any_count(device, self._precision):
-            return blocking.step_columns
-        return recurrence.step_lanes_for(lengths, blocking.step_lanes, self.config.lstm_dim)
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""

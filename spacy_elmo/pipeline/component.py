@@ -16,11 +16,9 @@ settings), what users read off it in ``attributes``. With ``center_vectors`` on 
 ``fit_centering`` and saved with the component (``centering``).
 """
 
-import threading
 import warnings
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
@@ -28,24 +26,22 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.vocab import Vocab
-from thinc.api import Config, Model, NumpyOps
+from thinc.api import Config, Model
 
 from ..hub.cache import resolve_weights
-from ..kernels.precision import check_precision
-from ..network.sentences import batches_by_length
 from ..weights.native import load_bilm
 from .bilm_layer import get_bilm, set_bilm
 from .centering import (
     CENTERING_TOKENS,
-    MIN_CENTERING_TOKENS,
     Centering,
-    NotEnoughText,
-    check_centering_settings,
-    text_lines,
 )
+from .centering_fit import FitsCentering
 from .extensions import install_vector_hooks
 from .listeners import MixListeners
-from .mix_settings import MixSettings, check_mix_settings, mix_layers
+from .mix_settings import MixSettings
+from .sentence_cache import SentenceCache
+from .sentence_runs import doc_layers
+from .settings import DEFAULTS, checked_settings
 from .storage import Storage
 
 DEFAULT_MODEL = Config().from_str(
@@ -56,29 +52,10 @@ DEFAULT_MODEL = Config().from_str(
     """
 )["model"]
 
-# A segment of a doc the biLM reads as one sentence: (doc position, token indices).
-Segment = Tuple[int, np.ndarray]
-
 
 @Language.factory(
     "elmo",
-    default_config={
-        "model": DEFAULT_MODEL,
-        "weights": None,
-        "layer_weights": None,
-        "gamma": 1.0,
-        "layer_norm": True,
-        "pooling": "mean",
-        "set_vector_hooks": True,
-        "max_sentence_length": 256,
-        "max_batch_tokens": 4096,
-        "sentence_cache_tokens": 0,
-        "precision": "fp32",
-        "store": "layers",
-        "store_dtype": "float32",
-        "center_vectors": False,
-        "remove_directions": 0,
-    },
+    default_config={"model": DEFAULT_MODEL, **DEFAULTS},
     assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc._.elmo_centering", "doc.tensor"],
 )
 def make_elmo(
@@ -100,86 +77,29 @@ def make_elmo(
     center_vectors: bool,
     remove_directions: int,
 ) -> "Elmo":
-    return Elmo(
-        nlp.vocab,
-        model,
-        name,
-        weights=weights,
-        layer_weights=layer_weights,
-        gamma=gamma,
-        layer_norm=layer_norm,
-        pooling=pooling,
-        set_vector_hooks=set_vector_hooks,
-        max_sentence_length=max_sentence_length,
-        max_batch_tokens=max_batch_tokens,
-        sentence_cache_tokens=sentence_cache_tokens,
-        precision=precision,
-        store=store,
-        store_dtype=store_dtype,
-        center_vectors=center_vectors,
-        remove_directions=remove_directions,
-    )
+    """The ``elmo`` factory: its arguments are the settings of ``settings.DEFAULTS`` (spaCy reads them
+    from this signature to check a config)."""
+    settings = dict(locals())
+    for key in ("nlp", "name", "model"):
+        settings.pop(key)
+    return Elmo(nlp.vocab, model, name, **settings)
 
 
-class Elmo(MixListeners, TrainablePipe):
+class Elmo(MixListeners, FitsCentering, TrainablePipe):
     """Runs a pretrained biLM over docs; see the module docstring. The biLM is frozen: spaCy does
     not train it (list the component in ``frozen_components``). The task mixes of later components
     are its listeners: their sizes come from its biLM (``listeners``)."""
 
-    def __init__(
-        self,
-        vocab: Vocab,
-        model: Model,
-        name: str = "elmo",
-        *,
-        weights: Optional[str] = None,
-        layer_weights: Optional[List[float]] = None,
-        gamma: float = 1.0,
-        layer_norm: bool = True,
-        pooling: str = "mean",
-        set_vector_hooks: bool = True,
-        max_sentence_length: int = 256,
-        max_batch_tokens: int = 4096,
-        sentence_cache_tokens: int = 0,
-        precision: str = "fp32",
-        store: str = "layers",
-        store_dtype: str = "float32",
-        center_vectors: bool = False,
-        remove_directions: int = 0,
-    ) -> None:
-        for setting, value in (("max_sentence_length", max_sentence_length), ("max_batch_tokens", max_batch_tokens)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"elmo: {setting} must be a positive integer, got {value!r}.")
-        if not isinstance(sentence_cache_tokens, int) or sentence_cache_tokens < 0:
-            raise ValueError(f"elmo: sentence_cache_tokens must be an integer >= 0, got {sentence_cache_tokens!r}.")
-        check_mix_settings(layer_weights, gamma, pooling)
-        check_precision(precision)
-        Storage(store, store_dtype)
-        check_centering_settings(center_vectors, remove_directions)
+    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", **settings: Any) -> None:
+        """``settings``: those of ``settings.DEFAULTS`` (the factory's config), checked here."""
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.cfg: Dict[str, Any] = {
-            "weights": str(weights) if weights else None,
-            "layer_weights": layer_weights,
-            "gamma": gamma,
-            "layer_norm": layer_norm,
-            "pooling": pooling,
-            "set_vector_hooks": set_vector_hooks,
-            "max_sentence_length": max_sentence_length,
-            "max_batch_tokens": max_batch_tokens,
-            "sentence_cache_tokens": sentence_cache_tokens,
-            "precision": precision,
-            "store": store,
-            "store_dtype": store_dtype,
-            "center_vectors": center_vectors,
-            "remove_directions": remove_directions,
-            "centering": None,
-        }
+        self.cfg: Dict[str, Any] = {**checked_settings(settings), "centering": None}
         self._settings = {key: value for key, value in self.cfg.items() if key not in ("weights", "centering")}
         self._warned_update = False
         self._centering: Optional[Tuple[dict, Centering]] = None
-        self._sentences = SentenceCache(sentence_cache_tokens)
+        self._sentences = SentenceCache(self.cfg["sentence_cache_tokens"])
         self.listener_map: Dict[str, List[Model]] = {}
 
     @property
@@ -200,22 +120,6 @@ class Elmo(MixListeners, TrainablePipe):
         cfg = self.cfg
         n_layers = self.bilm.config.n_output_layers
         return MixSettings.for_layers(n_layers, cfg["layer_weights"], cfg["gamma"], cfg["pooling"], cfg["layer_norm"])
-
-    @property
-    def centering(self) -> Optional[Centering]:
-        """What the vector hooks remove from the mixed vectors (see ``centering``): the estimate,
-        with ``center_vectors`` on; None when it is off or nothing was estimated."""
-        return self.centering_estimate if self.cfg["center_vectors"] else None
-
-    @property
-    def centering_estimate(self) -> Optional[Centering]:
-        """The mean (and principal directions) estimated from text, used or not."""
-        entry = self.cfg.get("centering")
-        if entry is None:
-            return None
-        if self._centering is None or self._centering[0] is not entry:
-            self._centering = (entry, Centering.from_value(entry))
-        return self._centering[1]
 
     def initialize(
         self,
@@ -256,102 +160,27 @@ class Elmo(MixListeners, TrainablePipe):
             self.find_later_listeners(nlp)
         self._initialize_centering(get_examples, nlp, centering_text, centering_tokens)
 
-    def _initialize_centering(self, get_examples, nlp, text: Optional[Union[str, Path]], max_tokens: int) -> None:
-        if text is not None:
-            if nlp is None:
-                raise ValueError("elmo: centering_text needs the pipeline: call nlp.initialize(), not the component's.")
-            docs = self.docs_from_texts(nlp, text_lines(text))
-        else:
-            docs = (eg.reference for eg in (get_examples() if get_examples else []))
-        try:
-            self.fit_centering(docs, max_tokens)
-        except NotEnoughText as err:
-            if not self.cfg["center_vectors"]:
-                return
-            warnings.warn(
-                f"{err} With center_vectors on, the vector hooks (token.vector, .similarity) give raw ELMo "
-                "vectors until then.",
-                stacklevel=3,
-            )
-
-    def fit_centering(self, docs: Iterable[Doc], max_tokens: int = CENTERING_TOKENS) -> Centering:
-        """Estimate what the vector hooks remove (the mean, and ``remove_directions`` principal
-        directions) from the mixed vectors of the first ``max_tokens`` tokens of ``docs`` (their
-        sentence boundaries, if set, are used; their annotations are left alone), and keep it
-        with the component (it is saved with the pipeline)."""
-        self._require_weights()
-        chosen, tokens = [], 0
-        for doc in docs:
-            if tokens >= max_tokens:
-                break
-            chosen.append(doc)
-            tokens += sum(not token.is_space for token in doc)
-        if tokens < MIN_CENTERING_TOKENS:
-            raise NotEnoughText(
-                f"elmo: the common direction of the vectors is estimated from text, and {tokens} tokens are fewer "
-                f"than the {MIN_CENTERING_TOKENS} needed: give real text, as nlp.get_pipe('elmo').fit_centering("
-                "nlp.pipe(texts)) or centering_text = PATH under [initialize.components.elmo]."
-            )
-        mix = self.mix
-        vectors = [
-            mix_layers(layers, mix)[[not token.is_space for token in doc]]
-            for doc, layers in zip(chosen, self.predict(chosen))
-        ]
-        centering = Centering.estimate(np.concatenate(vectors), self.cfg["remove_directions"])
-        self.cfg["centering"] = centering.as_config()
-        return centering
-
-    def docs_from_texts(self, nlp: Language, texts: Iterable[str]) -> Iterator[Doc]:
-        """Texts through the components of ``nlp`` that come before this one (its sentencizer):
-        the docs ``fit_centering`` reads."""
-        earlier = nlp.pipe_names[: nlp.pipe_names.index(self.name)] if self.name in nlp.pipe_names else []
-        with nlp.select_pipes(enable=earlier):
-            yield from nlp.pipe(texts)
-
     def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
         docs = list(docs)
         self._require_weights()
         self.bilm.precision = self.cfg["precision"]  # the choice made at initialize (cached), or a new setting's
-        bilm_config = self.bilm.config
-        outputs = [
-            np.zeros((bilm_config.n_output_layers, len(doc), bilm_config.output_dim), dtype=np.float32) for doc in docs
-        ]
-        segments = [segment for position, doc in enumerate(docs) for segment in self._segments(position, doc)]
-        words = [tuple(docs[position][int(i)].text for i in indices) for position, indices in segments]
-        cache = self._sentences.for_model(self.bilm)
-        missing = []
-        for index, sentence in enumerate(words):
-            cached = cache.get(sentence)
-            if cached is None:
-                missing.append(index)
-            else:
-                self._place(outputs, segments[index], cached)
-        for batch in batches_by_length([words[i] for i in missing], self.cfg["max_batch_tokens"]):
-            layers = self._to_host(self.model.predict([list(words[missing[i]]) for i in batch]))
-            for i, sentence_layers in zip(batch, layers):
-                cache.put(words[missing[i]], sentence_layers)
-                self._place(outputs, segments[missing[i]], sentence_layers)
-        return outputs
-
-    @staticmethod
-    def _place(outputs: List[np.ndarray], segment: Segment, layers: np.ndarray) -> None:
-        position, indices = segment
-        outputs[position][:, indices] = layers
-
-    def _to_host(self, layers: List[Any]) -> List[np.ndarray]:
-        """Per-sentence arrays as numpy, with one device-to-host copy for the whole batch."""
-        if isinstance(self.model.ops, NumpyOps) or not layers:
-            return layers
-        host = self.model.ops.to_numpy(self.model.ops.xp.concatenate(layers, axis=1))
-        return np.split(host, np.cumsum([part.shape[1] for part in layers])[:-1], axis=1)
+        config = self.bilm.config
+        return doc_layers(
+            self.model,
+            docs,
+            self._sentences.for_model(self.bilm),
+            shape=(config.n_output_layers, config.output_dim),
+            max_sentence_length=self.cfg["max_sentence_length"],
+            max_batch_tokens=self.cfg["max_batch_tokens"],
+        )
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
         """Keep each doc's layers (L+1, n, 2P) as the store settings say (see ``storage``)."""
         mix, hooks, centering = self.mix, self.cfg["set_vector_hooks"], self.centering
         storage = Storage(self.cfg["store"], self.cfg["store_dtype"])
-        for doc, doc_layers in zip(docs, layers):
-            storage.keep(doc, doc_layers, mix, with_tensor=hooks)
+        for doc, layers_of_doc in zip(docs, layers):
+            storage.keep(doc, layers_of_doc, mix, with_tensor=hooks)
             doc._.elmo_centering = centering.as_doc_value() if centering is not None else None
             if hooks:
                 install_vector_hooks(doc)
@@ -400,58 +229,3 @@ class Elmo(MixListeners, TrainablePipe):
                 "weights configured (nlp.add_pipe('elmo', config={'weights': PATH})), or load a saved "
                 "pipeline with spacy.load."
             )
-
-    def _segments(self, position: int, doc: Doc) -> List[Segment]:
-        """The doc's sentences (or windows, without sentence boundaries), whitespace tokens left
-        out, cut into pieces of at most max_sentence_length tokens."""
-        longest = self.cfg["max_sentence_length"]
-        spans = doc.sents if doc.has_annotation("SENT_START") else [doc[:]]
-        segments = []
-        for span in spans:
-            indices = np.array([token.i for token in span if not token.is_space], dtype=np.int64)
-            for start in range(0, len(indices), longest):
-                segments.append((position, indices[start : start + longest]))
-        return segments
-
-
-class SentenceCache:
-    """The layers of recently seen sentences, up to ``capacity`` tokens (0: off), least recently
-    used first out. Exact, since a sentence's layers do not depend on its batch; emptied when the
-    component gets another biLM or runs it in another precision. Saves the frozen biLM from
-    recomputing a training corpus every epoch."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._lock = threading.Lock()  # several threads may share the component
-        self._entries: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
-        self._tokens = 0
-        self._owner: Optional[Tuple[int, str]] = None
-
-    def for_model(self, bilm) -> "SentenceCache":
-        """This cache, emptied first unless its layers came from ``bilm`` in its current precision."""
-        owner = (id(bilm), bilm.precision)
-        with self._lock:
-            if owner != self._owner:
-                self._entries.clear()
-                self._tokens, self._owner = 0, owner
-        return self
-
-    def get(self, sentence: tuple) -> Optional[np.ndarray]:
-        with self._lock:
-            layers = self._entries.get(sentence)
-            if layers is not None:
-                self._entries.move_to_end(sentence)
-            return layers
-
-    def put(self, sentence: tuple, layers: np.ndarray) -> None:
-        if not self.capacity or len(sentence) > self.capacity:
-            return
-        copy = np.array(layers, copy=True)
-        with self._lock:
-            if sentence in self._entries:
-                return
-            self._entries[sentence] = copy
-            self._tokens += len(sentence)
-            while self._tokens > self.capacity:
-                old, _ = self._entries.popitem(last=False)
-                self._tokens -= len(old)

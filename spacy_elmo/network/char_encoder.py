@@ -1,0 +1,178 @@
+"""The context-independent half of the biLM: token characters -> token representations.
+
+Char embedding, one convolution per filter width with max-pooling over positions, highway
+layers, an optional word embedding, and a projection: char ids (N, C) [+ word ids (N,)] -> (N, P).
+Two paths: a differentiable one for pretraining, and a batch-invariant one for inference.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
+from .chars import CHAR_PAD
+from .config import BiLMConfig
+
+
+class Highway(nn.Module):
+    """y = g * relu(x W_t + b_t) + (1 - g) * x with g = sigmoid(x W_g + b_g); (N, F) -> (N, F)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.transform = nn.Linear(dim, dim)
+        self.gate = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate = torch.sigmoid(self.gate(x))
+        return gate * torch.relu(self.transform(x)) + (1 - gate) * x
+
+    def forward_invariant(self, x: Tensor, rows: int, precision: str = "fp32") -> Tensor:
+        gate = elementwise_(Tensor.sigmoid_, linear_rows(x, self.gate.weight, self.gate.bias, rows, precision))
+        transform = linear_rows(x, self.transform.weight, self.transform.bias, rows, precision).relu_()
+        return gate * transform + (1 - gate) * x
+
+
+def embedding(count: int, dim: int, padding_idx: Optional[int] = None) -> nn.Embedding:
+    """``nn.Embedding(count, dim, padding_idx)``, initialized as torch initializes it except on the
+    meta device (a module built to receive loaded weights): there torch's ``normal_`` imports
+    sympy, measured at 0.8 s and 70 MB resident, for values the load replaces."""
+    weight = torch.empty(count, dim)
+    if not weight.is_meta:
+        with torch.no_grad():
+            nn.init.normal_(weight)
+            if padding_idx is not None:
+                weight[padding_idx] = 0
+    return nn.Embedding(count, dim, padding_idx=padding_idx, _weight=weight)
+
+
+class CharEncoder(nn.Module):
+    """Context-independent token representation: char ids (N, C) [+ word ids (N,)] -> (N, P).
+
+    Char embedding, one convolution per filter width, max over positions, activation, highway
+    layers; with a word embedding (``config.word_dim`` > 0), ``[word vector; highway output]`` (the
+    order of ELMoForManyLangs); then a linear projection. Characters after a token's end are
+    trimmed before the convolutions: windows made only of the pad character (``pad_id``) all give
+    the same value, which is added back to the max exactly.
+    """
+
+    def __init__(self, config: BiLMConfig, pad_id: int = CHAR_PAD) -> None:
+        super().__init__()
+        self.config = config
+        self.pad_id = pad_id
+        n_filters, dim = config.n_filters, config.char_embedding_dim
+        self.embedding = embedding(config.n_characters, dim, padding_idx=0)
+        self.convs = nn.ModuleList(nn.Conv1d(dim, count, width) for width, count in config.filters)
+        self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
+        self.projection = nn.Linear(config.word_dim + n_filters, config.projection_dim)
+        self.word_embedding = embedding(config.word_vocab_size, config.word_dim) if config.word_dim else None
+        self._activation = torch.relu if config.activation == "relu" else torch.tanh
+
+    def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
+        """Differentiable path. char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        self._check_word_ids(word_ids)
+        ids, trimmed = self._trim(char_ids)
+        chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
+        pad_windows = self._pad_windows() if trimmed else None
+        features = []
+        for index, conv in enumerate(self.convs):
+            best = F.conv1d(chars, conv.weight).amax(dim=2)  # (N, F_w)
+            if pad_windows is not None:
+                best = torch.maximum(best, pad_windows[index])
+            features.append(self._activation(best + conv.bias))
+        x = torch.cat(features, dim=1)
+        for highway in self.highways:
+            x = highway(x)
+        if word_ids is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
+        return self.projection(x)
+
+    @torch.no_grad()
+    def forward_invariant(self, char_ids: Tensor, blocking: Blocking, word_ids: Optional[Tensor] = None) -> Tensor:
+        """Batch-invariant path: a token's representation is bitwise independent of the others.
+        Tokens run in blocks of ``blocking.token_block``, the last padded to a whole block; where
+        matmul rows do not depend on the row count, in blocks of ``blocking.token_block_any_rows``,
+        the last padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
+        functions). char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        self._check_word_ids(word_ids)
+        any_rows = rows_any_count(char_ids.device, blocking.precision)
+        block = blocking.token_block_any_rows if any_rows else blocking.token_block
+        pad_to = 32 if any_rows else block
+        n_tokens = char_ids.shape[0]
+        out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
+        pad_windows = self._pad_windows(blocking.gemm_rows, blocking.precision)
+        for start in range(0, n_tokens, block):
+            ids = char_ids[start : start + block]
+            words = word_ids[start : start + block] if word_ids is not None else None
+            missing = -ids.shape[0] % pad_to
+            if missing:
+                ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
+                words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
+            encoded = self._encode_block(ids, words, pad_windows, blocking.gemm_rows, blocking.precision)
+            out[start : start + block] = encoded[: n_tokens - start]
+        return out
+
+    def _encode_block(
+        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], rows: int, precision: str
+    ) -> Tensor:
+        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
+        projection GEMMs take the whole block (a fixed shape already); the convolution windows go
+        in ``rows`` chunks."""
+        ids, trimmed = self._trim(char_ids)
+        chars = self.embedding(ids)  # (n, C', E)
+        n_tokens = chars.shape[0]
+        features = []
+        for index, conv in enumerate(self.convs):
+            width = conv.kernel_size[0]
+            windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
+            n_windows = windows.shape[1]
+            flat = windows.reshape(n_tokens * n_windows, -1)
+            scores = linear_rows(flat, conv.weight.reshape(conv.out_channels, -1), None, rows, precision)
+            best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
+            if trimmed:
+                best = torch.maximum(best, pad_windows[index])
+            best += conv.bias
+            features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
+        x = torch.cat(features, dim=1)
+        for highway in self.highways:
+            x = highway.forward_invariant(x, n_tokens, precision)
+        if word_ids is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
+        return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens, precision)
+
+    def _check_word_ids(self, word_ids: Optional[Tensor]) -> None:
+        if self.word_embedding is None and word_ids is not None:
+            raise ValueError("Word ids were given, but this biLM has no word embedding (word_dim = 0); pass None.")
+        if self.word_embedding is not None and word_ids is None:
+            raise ValueError(
+                f"This biLM has a word embedding (word_dim = {self.config.word_dim}) and needs word ids "
+                "beside the char ids: get both from bilm.encode_tokens(strings)."
+            )
+
+    def _trim(self, char_ids: Tensor) -> Tuple[Tensor, bool]:
+        """Cut the character axis after the longest token plus (widest filter - 1) pads, so that
+        every window touching a real character is kept. Returns (ids (N, C'), whether cut)."""
+        n_chars = char_ids.shape[1]
+        real = (char_ids != self.pad_id) & (char_ids != 0)
+        longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0
+        widest = max(width for width, _ in self.config.filters)
+        keep = min(n_chars, max(longest + widest - 1, widest))
+        return char_ids[:, :keep], keep < n_chars
+
+    def _pad_windows(self, rows: Optional[int] = None, precision: str = "fp32") -> List[Tensor]:
+        """Each convolution's scores (without bias) on a window of padding characters only;
+        with ``rows``, computed by the same fixed-shape kernel as the real windows."""
+        pad = self.embedding.weight[self.pad_id]  # (E,)
+        values = []
+        for conv in self.convs:
+            width = conv.kernel_size[0]
+            window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
+            weight = conv.weight.reshape(conv.out_channels, -1)
+            if rows is None:
+                values.append((window @ weight.t())[0])
+            else:
+                values.append(linear_rows(window, weight, None, rows, precision)[0])
+        return values

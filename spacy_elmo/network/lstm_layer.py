@@ -1,0 +1,48 @@
+"""One LSTM layer's parameters (one direction): the cell with its projection and clipping. The
+runners in ``recurrence`` (chosen by ``lstm_paths``) compute with them."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import BiLMConfig
+
+
+class LstmLayer(nn.Module):
+    """One LSTM layer of one direction, with projection and optional clipping.
+
+    Parameters in PyTorch's gate order (input, forget, cell, output) and shapes, with a single
+    bias (the original has one): weight_ih (4H, I), weight_hh (4H, P), bias (4H,), weight_hr (P, H).
+    """
+
+    def __init__(self, input_dim: int, config: BiLMConfig) -> None:
+        super().__init__()
+        cells, proj = config.lstm_dim, config.projection_dim
+        self.weight_ih = nn.Parameter(torch.empty(4 * cells, input_dim))
+        self.weight_hh = nn.Parameter(torch.empty(4 * cells, proj))
+        self.bias = nn.Parameter(torch.empty(4 * cells))
+        self.weight_hr = nn.Parameter(torch.empty(proj, cells))
+        self.cell_clip = config.cell_clip
+        self.proj_clip = config.proj_clip
+        self.reset_parameters()
+
+    @property
+    def cells(self) -> int:
+        return self.weight_hr.shape[1]
+
+    @property
+    def projection_dim(self) -> int:
+        return self.weight_hr.shape[0]
+
+    @property
+    def is_clipped(self) -> bool:
+        return self.cell_clip is not None or self.proj_clip is not None
+
+    def reset_parameters(self) -> None:
+        bound = self.cells**-0.5
+        for weight in (self.weight_ih, self.weight_hh, self.weight_hr):
+            nn.init.uniform_(weight, -bound, bound)
+        with torch.no_grad():
+            self.bias.zero_()
+            self.bias[self.cells : 2 * self.cells] = 1.0  # forget gate open at the start
