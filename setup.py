@@ -17,6 +17,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"]),
+    package_data={"spacy_elmo": ["py.typed"]},
     python_requires=">=3.9",
     install_requires=[
         # The releases the whole test suite has passed on (2.13.0, the locally cached CPU build,
@@ -45,6 +46,12 @@ setup(
             "gensim>=4.3",
             "build>=1.0",
             "ruff>=0.8,<0.16",  # lint and format (pyproject.toml), checked by .ci/run
+            "mypy>=1.10,<3",  # types (pyproject.toml [tool.mypy]), checked by .ci/run
+            "pre-commit>=3",
+            # the documentation site (mkdocs.yml; scripts/build_docs.sh), built strictly by .ci/run
+            "mkdocs>=1.6,<2",
+            "mkdocs-material>=9.5,<10",
+            "mkdocstrings[python]>=0.26,<2",
             # the reference for the ELMoForManyLangs parity tests; its Highway breaks on overrides>=4
             "elmoformanylangs==0.0.4.post2",
             "overrides<4",

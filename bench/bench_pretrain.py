@@ -50,8 +50,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="Evaluate the existing bench/out run instead of training.")
     args = parser.parse_args()
     from training.corpus import read_sentences
-    from training.curve import plot_learning_curve
     from training.evaluate import evaluate
+    from training.loop.curve import plot_learning_curve
 
     corpus = prepare(args.vocab_size)
     vocab = OUT / f"vocab-{args.vocab_size}.txt"

@@ -341,8 +341,8 @@ def test_lexicon_is_read_as_written(tmp_path):
 def test_an_imported_model_trains_through_its_own_vocabulary(tmp_path):
     """Pretraining batches go through the biLM's indexer (char table, boundaries as it names them)."""
     from spacy_elmo import BiLM
-    from training.batching import TokenTable, make_batch
-    from training.objective import LanguageModelLoss
+    from training.loop.batching import TokenTable, make_batch
+    from training.loop.objective import LanguageModelLoss
     from training.vocab import Vocabulary
 
     directory = tmp_path / "model"

@@ -88,13 +88,29 @@ def test_no_module_imports_itself_round_a_circle():
     assert find_cycle(graph) == []
 
 
-def test_rooms_import_each_other_in_one_direction():
+def room_graph() -> Dict[str, Set[str]]:
+    """Room -> the rooms it imports; a room is a subpackage, or a top-level module."""
     rooms: Dict[str, Set[str]] = defaultdict(set)
     for module, targets in import_graph().items():
         if module in ("spacy_elmo", "spacy_elmo.__main__"):
             continue
         rooms[room_of(module)].update(room_of(target) for target in targets if room_of(target) != room_of(module))
-    assert find_cycle(rooms) == []
+    return rooms
+
+
+def test_rooms_import_each_other_in_one_direction():
+    assert find_cycle(room_graph()) == []
+
+
+def test_a_room_imports_only_the_rooms_above_it_in_the_map():
+    order = [folder.rstrip("/").replace("/", ".") for folder in map_rows() if folder.startswith("spacy_elmo/")]
+    position = {room: order.index(room) for room in order if room != "spacy_elmo"}
+    for top_level in package_modules():  # files.py, choices.py: the map's spacy_elmo/ row
+        if top_level.count(".") == 1 and not (PACKAGE / top_level.split(".")[1]).is_dir():
+            position[top_level] = order.index("spacy_elmo")
+    for room, targets in room_graph().items():
+        for target in targets:
+            assert position[target] < position[room], f"{room} imports {target}, which the map puts below it"
 
 
 def test_the_finder_sees_circles():

@@ -13,12 +13,12 @@ import torch
 from conftest import make_nlp
 
 from spacy_elmo import load_bilm
-from training.batching import TokenTable, make_batch, open_streams
 from training.corpus import prepare_corpus, read_sentences
 from training.evaluate import evaluate
 from training.evaluate import main as evaluate_cli
+from training.loop.batching import TokenTable, make_batch, open_streams
+from training.loop.train_config import TrainConfig
 from training.pretrain import train
-from training.train_config import TrainConfig
 from training.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,8 +175,8 @@ def test_a_setting_of_the_wrong_type_is_an_error_naming_it_its_value_and_the_typ
 def test_unknown_optimizer_or_softmax_names_the_known_ones():
     from spacy_elmo.network.bilm import BiLM
     from spacy_elmo.network.config import BiLMConfig
-    from training.objective import LanguageModelLoss
-    from training.optimizers import make_optimizer
+    from training.loop.objective import LanguageModelLoss
+    from training.loop.optimizers import make_optimizer
 
     with pytest.raises(ValueError, match=r"optimizer must be one of \('adagrad', 'adam'\), got 'sgd'\."):
         make_optimizer("sgd", [torch.nn.Parameter(torch.zeros(2))], 0.1)
@@ -341,7 +341,7 @@ def test_full_disk_while_checkpointing_fails_loudly_and_keeps_the_previous_one(c
 
 
 def test_non_finite_loss_names_the_step_and_batch(corpus, tmp_path, monkeypatch):
-    from training.objective import LanguageModelLoss
+    from training.loop.objective import LanguageModelLoss
 
     real_forward = LanguageModelLoss.forward
     calls = []

@@ -24,10 +24,10 @@ import typer
 from spacy_elmo.files import atomic_write_text
 from spacy_elmo.weights.native import load_bilm
 
-from .batching import TokenTable, TrainingBatch, batches_in_order
-from .checkpoint import resolve_checkpoint
 from .corpus import load_splitter, read_paragraphs, read_sentences, sentences
-from .objective import LanguageModelLoss, perplexity
+from .loop.batching import TokenTable, TrainingBatch, batches_in_order
+from .loop.checkpoint import resolve_checkpoint
+from .loop.objective import LanguageModelLoss, perplexity
 from .vocab import Vocabulary
 
 

@@ -5,14 +5,14 @@
     python -m training.pretrain CONFIG --output RUN --set max_steps=100 --set softmax=sampled
 
 One process per device; under torchrun, DDP (NCCL on GPUs, gloo on CPU). Each process reads only
-its own data streams (training.batching). A run resumes from RUN/checkpoints/latest when there is
+its own data streams (training.loop.batching). A run resumes from RUN/checkpoints/latest when there is
 one, with the same data order, RNG states and optimizer state, so its loss curve continues as if
 never stopped. Only rank 0 writes: RUN/log.jsonl, RUN/curve.png, RUN/checkpoints/, and at the end
 RUN/bilm/ (native weights for the elmo component).
 
-This module is the loop; the pieces it runs are: training.train_config (the settings),
-training.session (setup, resume, checkpoints), training.step (one step), training.run_log (the
-log), training.objective (the loss and perplexity) and training.lm_head (the final weights).
+This module is the loop; the pieces it runs are: training.loop.train_config (the settings),
+training.loop.session (setup, resume, checkpoints), training.loop.step (one step), training.loop.run_log (the
+log), training.loop.objective (the loss and perplexity) and training.loop.lm_head (the final weights).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from typing import Any, Dict, List, Optional
 import typer
 from tqdm import tqdm
 
-from .batching import dev_batches
-from .curve import plot_learning_curve
-from .lm_head import strip_lm_head
-from .objective import perplexity
-from .run_log import JsonlLog, LossWindow
-from .session import Session, open_session
-from .step import Clock, StepTotals, take_step
-from .train_config import TrainConfig
+from .loop.batching import dev_batches
+from .loop.curve import plot_learning_curve
+from .loop.lm_head import strip_lm_head
+from .loop.objective import perplexity
+from .loop.run_log import JsonlLog, LossWindow
+from .loop.session import Session, open_session
+from .loop.step import Clock, StepTotals, take_step
+from .loop.train_config import TrainConfig
 
 
 def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:

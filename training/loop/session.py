@@ -15,6 +15,7 @@ from torch import nn
 from spacy_elmo.network.bilm import BiLM
 from spacy_elmo.weights.native import load_bilm
 
+from ..vocab import Vocabulary
 from .batching import Stream, TokenTable, TrainingBatch, dev_batches, open_streams
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .lm_head import build_bilm, vocab_path
@@ -23,7 +24,6 @@ from .optimizers import make_optimizer
 from .processes import Processes
 from .random_state import gathered_rng_states, restore_rng_states
 from .train_config import TrainConfig
-from .vocab import Vocabulary
 
 
 @dataclass

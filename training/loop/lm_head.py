@@ -12,9 +12,9 @@ from spacy_elmo.network.bilm import BiLM
 from spacy_elmo.network.config import BiLMConfig
 from spacy_elmo.weights.native import load_bilm, save_bilm
 
+from ..vocab import Vocabulary
 from .checkpoint import resolve_checkpoint
 from .train_config import TrainConfig
-from .vocab import Vocabulary
 
 
 def build_bilm(cfg: TrainConfig, vocab: Vocabulary) -> BiLM:

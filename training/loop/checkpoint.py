@@ -21,7 +21,7 @@ from torch import Tensor
 from spacy_elmo.files import atomic_write_text
 from spacy_elmo.weights.native import save_bilm
 
-from .vocab import Vocabulary
+from ..vocab import Vocabulary
 
 LATEST = "latest"
 

@@ -20,8 +20,8 @@ from torch import Tensor
 
 from spacy_elmo.network.chars import BOS_TOKEN, EOS_TOKEN, TokenIndexer
 
-from .corpus import read_shard, shard_paths
-from .vocab import Vocabulary
+from ..corpus import read_shard, shard_paths
+from ..vocab import Vocabulary
 
 
 class TokenTable:

@@ -30,9 +30,9 @@ class TrainConfig:
     preset: str = "small"  # BiLMConfig preset ...
     model: Dict[str, Any] = field(default_factory=dict)  # ... and overrides of its sizes
     init_from: Optional[str] = None  # a native biLM, checkpoint or run (its latest) to continue training
-    softmax: str = "full"  # training.objective.SOFTMAXES: "full" or "sampled"
+    softmax: str = "full"  # training.loop.objective.SOFTMAXES: "full" or "sampled"
     n_samples: int = 8192  # sampled softmax candidates per batch
-    optimizer: str = "adagrad"  # training.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
+    optimizer: str = "adagrad"  # training.loop.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
     lr: float = 0.2
     clip_norm: float = 10.0  # gradient norm clipping; 0 disables
     dropout: float = 0.1
