@@ -46,7 +46,7 @@ setup(
             "gensim>=4.3",
             "build>=1.0",
             "ruff>=0.8,<0.16",  # lint and format (pyproject.toml), checked by .ci/run
-            "mypy>=1.10,<3",  # types (pyproject.toml [tool.mypy]), checked by .ci/run
+            "mypy>=2.4,<3; python_version >= '3.10'",  # types (pyproject.toml [tool.mypy]), checked by .ci/run
             "pre-commit>=3",
             # the documentation site (mkdocs.yml; scripts/build_docs.sh), built strictly by .ci/run
             "mkdocs>=1.6,<2",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Union
 PathLike = Union[str, Path]
 
 
-def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: PathLike, write: Callable[[Path], object]) -> Path:
     """Call ``write(temporary_path)``, then rename the temporary file to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ The other commands register themselves on ``app`` from their own modules (``info
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from wasabi import msg
@@ -13,6 +14,9 @@ from ..hub.download import DownloadError
 from ..network.config import ConfigError
 from ..weights.native import WeightsError, load_bilm, save_bilm
 from ..weights.original import import_original
+
+if TYPE_CHECKING:
+    from ..network.bilm import BiLM
 
 _MODEL_ERRORS = (WeightsError, ConfigError, DownloadError, UnknownModelError, FileExistsError)
 
@@ -107,7 +111,8 @@ def package(
         None,
         "--centering-text",
         help="A .txt file or folder (one paragraph per line) of the text the common direction of the vectors is "
-        "estimated from, so that token.vector and .similarity mean something (see README).",
+        "estimated from, so that token.vector and .similarity mean something (see the docs: centred "
+        "similarity).",
     ),
 ) -> None:
     """Build an installable spaCy pipeline (e.g. en_elmo_original) from a published model."""
@@ -121,7 +126,7 @@ def package(
     msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")
 
 
-def describe_bilm(bilm) -> str:
+def describe_bilm(bilm: BiLM) -> str:
     """One line on a biLM's size and shape, for the commands' reports."""
     config = bilm.config
     return (

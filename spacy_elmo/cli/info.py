@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 from wasabi import msg
@@ -15,7 +16,7 @@ from .app import app, describe_bilm
 
 @app.command()
 def info(
-    path: Path = typer.Argument(None, help="A native biLM directory."),
+    path: Optional[Path] = typer.Argument(None, help="A native biLM directory."),
     machine: bool = typer.Option(
         False, "--machine", help="What this machine runs for each precision: the kernel, why, and the CPU features."
     ),

@@ -30,7 +30,7 @@ import shutil
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 from tqdm import tqdm
 
@@ -38,6 +38,11 @@ from ..choices import choose
 from ..files import atomic_write, atomic_write_json
 from ..hub.download import sha256_of
 from .hdf5_output import LAYER_SELECTIONS, read_lines, write_embeddings, write_sentence_index
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
+    from spacy.language import Language
 
 MANIFEST = "manifest.json"
 
@@ -160,7 +165,7 @@ def _shard_path(shards_dir: Path, shard: int) -> Path:
 
 
 def _write_shard(
-    nlp, part: List[str], shard: int, shards_dir: Path, settings: EmbedSettings, on_line: Callable[[], None]
+    nlp: Language, part: List[str], shard: int, shards_dir: Path, settings: EmbedSettings, on_line: Callable[[], None]
 ) -> int:
     """Shard ``shard``, given its own lines: datasets named by their line numbers in the file."""
     first = shard * settings.shard_lines
@@ -181,7 +186,9 @@ def _run_here(lines: List[str], todo: List[int], shards_dir: Path, settings: Emb
         )
 
 
-def _run_in_processes(lines, todo, shards_dir, settings: EmbedSettings, processes: int, bar: tqdm) -> None:
+def _run_in_processes(
+    lines: List[str], todo: List[int], shards_dir: Path, settings: EmbedSettings, processes: int, bar: tqdm
+) -> None:
     threads = max(1, (os.cpu_count() or 1) // processes)
     context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive fork
     devices = context.Queue()  # each worker takes the next one
@@ -205,7 +212,7 @@ def worker_devices(processes: int, gpu_ids: Sequence[int]) -> List[int]:
 _WORKER: dict = {}
 
 
-def _start_worker(settings: EmbedSettings, threads: int, devices) -> None:
+def _start_worker(settings: EmbedSettings, threads: int, devices: Queue[int]) -> None:
     """In a new worker: its threads, the device it takes from the ``devices`` queue, its pipeline."""
     import torch
 
@@ -266,7 +273,7 @@ def _with_local_weights(settings: EmbedSettings) -> EmbedSettings:
     return replace(settings, weights=str(resolve_weights(settings.weights)))
 
 
-def _load(settings: EmbedSettings, gpu_id: int = -1):
+def _load(settings: EmbedSettings, gpu_id: int = -1) -> Language:
     """The pipeline, on GPU ``gpu_id`` (-1: the CPU), writing every layer in float32."""
     from ..pipeline.component import Elmo
 
@@ -282,7 +289,7 @@ def _load(settings: EmbedSettings, gpu_id: int = -1):
     return nlp
 
 
-def _pipeline(settings: EmbedSettings):
+def _pipeline(settings: EmbedSettings) -> Language:
     import spacy
 
     from ..pipeline.assembly import assemble_pipeline
@@ -290,6 +297,7 @@ def _pipeline(settings: EmbedSettings):
 
     if settings.weights is not None:
         return assemble_pipeline(settings.weights, settings.lang or "en")
+    assert settings.pipeline is not None  # _check: a pipeline where no weights are given
     path = Path(settings.pipeline)
     if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
         raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")

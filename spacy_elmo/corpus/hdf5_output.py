@@ -5,7 +5,7 @@ from line text to dataset name. ``corpus_embed`` runs this over a whole file in 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List
 
 import numpy as np
 from spacy.language import Language
@@ -13,6 +13,9 @@ from spacy.tokens import Doc
 
 from ..choices import choose
 from ..pipeline.storage import stored_layers
+
+if TYPE_CHECKING:
+    import h5py
 
 # What is stored per line, from its layers (L+1, T, 2P).
 LAYER_SELECTIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -62,7 +65,7 @@ def _docs(nlp: Language, lines: List[str], tokenized: bool) -> Iterator[Doc]:
         yield Doc(nlp.vocab, words=line.split()) if tokenized else nlp.make_doc(line)
 
 
-def write_sentence_index(output, lines: List[str]) -> None:
+def write_sentence_index(output: h5py.File, lines: List[str]) -> None:
     """The ``sentence_to_index`` dataset: line text -> dataset name (a repeated line: its last)."""
     import json
 

@@ -19,13 +19,16 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Union
 
 from ..files import atomic_directory, atomic_write_json
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
 from ..weights.original import import_original
 from .catalogue import BILM_TF, PublishedModel, get_model
 from .download import DownloadError, RemoteFile, cache_dir, fetch, recorded_sha256
+
+if TYPE_CHECKING:
+    from ..network.bilm import BiLM
 
 SOURCE_FILE = "source.json"
 _URL_SCHEMES = ("http://", "https://", "file://")
@@ -101,6 +104,7 @@ def download_model(
     if (options is None) != (weights is None):
         raise ValueError("Give both --options and --weights (the URLs of options.json and the .hdf5 file), or neither.")
     if options is not None:
+        assert weights is not None  # given together with options (checked above)
         source = ensure_original_files(options, weights, spec, cache, progress)
     else:
         source = resolve_weights(spec, cache, progress)
@@ -111,7 +115,7 @@ def download_model(
     return Path(output)
 
 
-def convert_directory(folder: Path):
+def convert_directory(folder: Path) -> BiLM:
     """A BiLM from a folder holding (somewhere inside) a native, bilm-tf or ELMoForManyLangs model."""
     from ..weights.native import load_bilm
 
@@ -133,7 +137,9 @@ def convert_directory(folder: Path):
     )
 
 
-def _convert_into(target: Path, build, remotes: Sequence[RemoteFile], paths: Sequence[Path], provenance: Dict) -> Path:
+def _convert_into(
+    target: Path, build: Callable[[], BiLM], remotes: Sequence[RemoteFile], paths: Sequence[Path], provenance: Dict
+) -> Path:
     bilm = build()
     files = [
         {"url": r.url, "file": r.filename, "sha256": recorded_sha256(p), "bytes": p.stat().st_size}
@@ -173,7 +179,8 @@ class _extracted:
             raise
         return self.folder
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
+        assert self.folder is not None  # set by __enter__, which ran for __exit__ to run
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

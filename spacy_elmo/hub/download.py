@@ -20,11 +20,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from ..files import atomic_write_json
+
+if TYPE_CHECKING:
+    import requests
 
 CACHE_ENVIRONMENT_VARIABLE = "SPACY_ELMO_CACHE"
 CHUNK_BYTES = 1 << 20
@@ -183,7 +186,7 @@ def _download_http(remote: RemoteFile, part: Path, progress: bool) -> None:
         raise _interrupted(remote, part) from None
 
 
-def _raise_for_status(remote: RemoteFile, response) -> None:
+def _raise_for_status(remote: RemoteFile, response: requests.Response) -> None:
     if response.status_code in (200, 206):
         return
     raise DownloadError(
@@ -193,12 +196,14 @@ def _raise_for_status(remote: RemoteFile, response) -> None:
     )
 
 
-def _expected_total(response, offset: int) -> Optional[int]:
+def _expected_total(response: requests.Response, offset: int) -> Optional[int]:
     length = response.headers.get("Content-Length")
     return offset + int(length) if length and length.isdigit() else None
 
 
-def _stream_to(part: Path, chunks, append: bool, total: Optional[int], remote: RemoteFile, progress: bool) -> None:
+def _stream_to(
+    part: Path, chunks: Iterable[bytes], append: bool, total: Optional[int], remote: RemoteFile, progress: bool
+) -> None:
     from tqdm import tqdm
 
     initial = part.stat().st_size if append and part.is_file() else 0

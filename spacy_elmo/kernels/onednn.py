@@ -125,6 +125,7 @@ def _linear_blocks(x: Tensor, blocks: List[Tensor], two_rows: bool = False) -> T
         part = torch.ops.mkldnn._linear_pointwise(x[:, start : start + width], block, None, "none", [], "")
         out = part.float() if out is None else out.add_(part)
         start += width
+    assert out is not None  # every caller passes at least one block
     return out[:rows]
 
 

@@ -38,7 +38,7 @@ def check_precision(precision: str) -> str:
             "and activations quantized to int8) is faster on x86 CPUs with AVX2 or better, most with "
             "VNNI/AMX, a single sentence included, and is the least exact: cosine per token >= 0.9996 "
             "against fp32 on the full-size model. `python -m spacy_elmo info --machine` says what each "
-            "runs on this machine (see the README)."
+            "runs on this machine (see the docs: Speed and precision per CPU)."
         )
     return precision
 

@@ -211,6 +211,7 @@ def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
         (M, N) fp32, contiguous.
     """
     if weight.onednn is None:
+        assert weight.values_t is not None  # _quantize_weight sets exactly one of values_t and onednn
         sums = int_mm(values, weight.values_t)[:, : weight.out_features]
         return sums.to(torch.float32).mul_(weight.scale)
     if values.shape[0] == 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Iterable, Optional, Sequence, Tuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,7 @@ from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .lstm_layer import LstmLayer
 from .lstm_paths import layer_runner
-from .recurrence import LstmState
+from .recurrence import LayerState, LstmState
 from .token_cache import TokenCache
 
 
@@ -168,10 +168,11 @@ class BiLM(nn.Module):
             initial_state is not None,
             tokens.device,
         )
-        outputs, finals = {}, {}
+        outputs: Dict[Tuple[str, int], Tensor] = {}
+        finals: Dict[Tuple[str, int], Optional[LayerState]] = {}
         for direction, stack in (("forward", self.forward_layers), ("backward", self.backward_layers)):
             x = tokens
-            for depth, layer in enumerate(stack):
+            for depth, layer in enumerate(cast("Iterable[LstmLayer]", stack)):
                 start = initial_state.layer(direction, depth) if initial_state is not None else None
                 x_in = F.dropout(x, self.config.dropout, self.training and torch.is_grad_enabled())
                 y, finals[direction, depth] = run(layer, x_in, direction, start)
@@ -181,7 +182,9 @@ class BiLM(nn.Module):
         layers = [torch.cat([tokens, tokens], dim=1)]
         for depth in range(self.config.n_layers):
             layers.append(torch.cat([outputs["forward", depth], outputs["backward", depth]], dim=1))
-        final_state = LstmState.from_layers(finals, self.config.n_layers) if initial_state is not None else None
+        # With a start state every runner returns the layer's final state (the step loop: see layer_runner).
+        complete = cast("Dict[Tuple[str, int], LayerState]", finals)
+        final_state = LstmState.from_layers(complete, self.config.n_layers) if initial_state is not None else None
         return torch.stack(layers), final_state
 
     def new_state(self, batch_size: int) -> LstmState:

@@ -7,7 +7,7 @@ Two paths: a differentiable one for pretraining, and a batch-invariant one for i
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Protocol, Tuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,15 @@ from torch import Tensor, nn
 from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
 from .chars import CHAR_PAD
 from .config import BiLMConfig
+
+
+class _Conv1d(Protocol):
+    """What the encoder reads of its ``nn.Conv1d`` layers (all made with a bias)."""
+
+    weight: Tensor
+    bias: Tensor
+    kernel_size: Tuple[int, ...]
+    out_channels: int
 
 
 class Highway(nn.Module):
@@ -78,7 +87,7 @@ class CharEncoder(nn.Module):
         chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
         pad_windows = self._pad_windows() if trimmed else None
         features = []
-        for index, conv in enumerate(self.convs):
+        for index, conv in enumerate(self._conv_layers()):
             best = F.conv1d(chars, conv.weight).amax(dim=2)  # (N, F_w)
             if pad_windows is not None:
                 best = torch.maximum(best, pad_windows[index])
@@ -87,6 +96,7 @@ class CharEncoder(nn.Module):
         for highway in self.highways:
             x = highway(x)
         if word_ids is not None:
+            assert self.word_embedding is not None  # _check_word_ids: word ids come with a word embedding
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
         return self.projection(x)
 
@@ -125,7 +135,7 @@ class CharEncoder(nn.Module):
         chars = self.embedding(ids)  # (n, C', E)
         n_tokens = chars.shape[0]
         features = []
-        for index, conv in enumerate(self.convs):
+        for index, conv in enumerate(self._conv_layers()):
             width = conv.kernel_size[0]
             windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
             n_windows = windows.shape[1]
@@ -137,11 +147,20 @@ class CharEncoder(nn.Module):
             best += conv.bias
             features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
         x = torch.cat(features, dim=1)
-        for highway in self.highways:
+        for highway in self._highway_layers():
             x = highway.forward_invariant(x, n_tokens, precision)
         if word_ids is not None:
+            assert self.word_embedding is not None  # forward_invariant's _check_word_ids
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
         return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens, precision)
+
+    def _conv_layers(self) -> Iterable[_Conv1d]:
+        """``self.convs``, typed (to a type checker an ``nn.ModuleList`` holds plain Modules)."""
+        return cast("Iterable[_Conv1d]", self.convs)
+
+    def _highway_layers(self) -> Iterable[Highway]:
+        """``self.highways``, typed."""
+        return cast("Iterable[Highway]", self.highways)
 
     def _check_word_ids(self, word_ids: Optional[Tensor]) -> None:
         if self.word_embedding is None and word_ids is not None:
@@ -167,7 +186,7 @@ class CharEncoder(nn.Module):
         with ``rows``, computed by the same fixed-shape kernel as the real windows."""
         pad = self.embedding.weight[self.pad_id]  # (E,)
         values = []
-        for conv in self.convs:
+        for conv in self._conv_layers():
             width = conv.kernel_size[0]
             window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
             weight = conv.weight.reshape(conv.out_channels, -1)

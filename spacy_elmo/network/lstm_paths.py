@@ -12,10 +12,10 @@ from ..kernels.batch_invariant import Blocking, rows_any_count
 from . import recurrence
 from .config import BiLMConfig
 from .lstm_layer import LstmLayer
-from .recurrence import LanePlan, LstmState, PackedOrder
+from .recurrence import LanePlan, LayerState, PackedOrder
 
-# (layer, x (N, I), direction, start state or None) -> (y (N, P), final state or None)
-LayerRunner = Callable[[LstmLayer, Tensor, str, Optional[LstmState]], Tuple[Tensor, Optional[LstmState]]]
+# (layer, x (N, I), direction, the layer's start state or None) -> (y (N, P), its final state or None)
+LayerRunner = Callable[[LstmLayer, Tensor, str, Optional[LayerState]], Tuple[Tensor, Optional[LayerState]]]
 
 
 def layer_runner(

@@ -23,13 +23,16 @@ import heapq
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from ..kernels import onednn, quantized
 from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
+
+if TYPE_CHECKING:
+    from .lstm_layer import LstmLayer
 
 LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 
@@ -47,7 +50,9 @@ class LstmState:
     _DIRECTIONS = ("forward", "backward")
 
     @classmethod
-    def zeros(cls, n_layers: int, batch: int, proj: int, cells: int, device, dtype) -> "LstmState":
+    def zeros(
+        cls, n_layers: int, batch: int, proj: int, cells: int, device: torch.device, dtype: torch.dtype
+    ) -> "LstmState":
         return cls(
             h=torch.zeros(2, n_layers, batch, proj, device=device, dtype=dtype),
             c=torch.zeros(2, n_layers, batch, cells, device=device, dtype=dtype),
@@ -200,7 +205,7 @@ class StepMatmuls:
     (``any_rows``). Otherwise on CPU they run through oneDNN (``onednn``): in fp32 any G gives
     the same rows; in bf16 G stays the chunk width. Elsewhere they run on fixed shapes."""
 
-    def __init__(self, layer, blocking: Blocking, device: torch.device) -> None:
+    def __init__(self, layer: LstmLayer, blocking: Blocking, device: torch.device) -> None:
         self.layer, self.blocking = layer, blocking
         self.through_onednn = onednn.available(device)
         self.any_rows = rows_any_count(device, blocking.precision)
@@ -259,7 +264,7 @@ def step_lanes_for(lengths: Sequence[int], most: int, cells: int) -> int:
 
 
 def run_step_loop(
-    layer,
+    layer: LstmLayer,
     x: Tensor,
     plan: LanePlan,
     direction: str,
@@ -332,7 +337,7 @@ def _cell_update(gates: Tensor, c: Tensor, cell_clip: Optional[float]) -> Tensor
 
 
 def run_fused_blocks(
-    layer, x: Tensor, plan: LanePlan, direction: str, start: Optional[LayerState], blocking: Blocking
+    layer: LstmLayer, x: Tensor, plan: LanePlan, direction: str, start: Optional[LayerState], blocking: Blocking
 ) -> Tuple[Tensor, None]:
     """torch's fused LSTM kernel on blocks of (plan.width lanes, plan.window steps), state carried
     from block to block; unclipped layers from a zero state. x (N, I) packed -> (N, P) packed."""
@@ -361,7 +366,7 @@ def run_fused_blocks(
     return out[:-1], None
 
 
-def fused_weights(layer) -> List[Tensor]:
+def fused_weights(layer: LstmLayer) -> List[Tensor]:
     """The layer's parameters in the order torch's LSTM kernel takes them (second bias zero)."""
     return [layer.weight_ih, layer.weight_hh, layer.bias, torch.zeros_like(layer.bias), layer.weight_hr]
 
@@ -390,7 +395,7 @@ class PackedOrder:
         return cls(batch_sizes=sizes, index={k: v.to(device) for k, v in index.items()})
 
 
-def run_differentiable(layer, x: Tensor, order: PackedOrder, direction: str) -> Tensor:
+def run_differentiable(layer: LstmLayer, x: Tensor, order: PackedOrder, direction: str) -> Tensor:
     """Autograd path for training. x (N, I) packed -> (N, P) packed. cuDNN's fused kernel on GPU
     for unclipped layers; elsewhere an autograd step loop (ATen's CPU LSTM slices its inputs once
     per step, and every slice's backward fills a gradient as large as all of them)."""
@@ -413,7 +418,7 @@ def run_differentiable(layer, x: Tensor, order: PackedOrder, direction: str) -> 
     return packed
 
 
-def _autograd_step_loop(layer, x_time: Tensor, batch_sizes: List[int], h: Tensor, c: Tensor) -> Tensor:
+def _autograd_step_loop(layer: LstmLayer, x_time: Tensor, batch_sizes: List[int], h: Tensor, c: Tensor) -> Tensor:
     """x_time (N, I) time-major, PackedSequence order -> (N, P). ``split`` rather than slicing:
     its backward is one concatenation."""
     cells = layer.cells

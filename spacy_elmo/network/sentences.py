@@ -7,12 +7,13 @@ batches under a token budget, and returns numpy arrays with the boundaries strip
 
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence
+from typing import Any, Iterator, List, Sequence
 
 import numpy as np
 import torch
 
 from .bilm import BiLM
+from .recurrence import LstmState
 
 DEFAULT_BATCH_TOKENS = 4096
 
@@ -58,7 +59,7 @@ def reset_state(bilm: BiLM) -> None:
     bilm.carried_state = None
 
 
-def contextual_layers(bilm: BiLM, sentences: List[List[str]], stateful: bool = False) -> torch.Tensor:
+def contextual_layers(bilm: BiLM, sentences: Sequence[Sequence[str]], stateful: bool = False) -> torch.Tensor:
     """All layers of a batch of sentences, on the bilm's device, boundaries included.
 
     Returns:
@@ -72,11 +73,12 @@ def contextual_layers(bilm: BiLM, sentences: List[List[str]], stateful: bool = F
     start = _carried_state(bilm, len(sentences)) if stateful else None
     layers, final = bilm.contextualize(tokens, lengths, initial_state=start)
     if stateful:
+        assert final is not None  # contextualize returns the final state of a run given a start state
         _store_state(bilm, final)
     return layers
 
 
-def split_sentences(layers, lengths: Sequence[int]) -> list:
+def split_sentences(layers: Any, lengths: Sequence[int]) -> List[Any]:
     """(L+1, N, 2P) from ``contextual_layers`` -> one (L+1, T_i, 2P) view per sentence, boundaries
     removed; ``lengths`` are the sentences' token counts without boundaries."""
     results, offset = [], 0
@@ -86,7 +88,7 @@ def split_sentences(layers, lengths: Sequence[int]) -> list:
     return results
 
 
-def _embed_batch(bilm: BiLM, sentences: List[List[str]], stateful: bool) -> List[np.ndarray]:
+def _embed_batch(bilm: BiLM, sentences: Sequence[Sequence[str]], stateful: bool) -> List[np.ndarray]:
     host = contextual_layers(bilm, sentences, stateful).float().cpu().numpy()
     return [np.ascontiguousarray(part) for part in split_sentences(host, [len(s) for s in sentences])]
 
@@ -95,7 +97,7 @@ def _encode(bilm: BiLM, strings: List[str]) -> torch.Tensor:
     return bilm.token_representations(*bilm.encode_tokens(strings))
 
 
-def _carried_state(bilm: BiLM, rows: int):
+def _carried_state(bilm: BiLM, rows: int) -> LstmState:
     carried = bilm.carried_state
     fresh = bilm.new_state(rows)
     if carried is not None:
@@ -105,7 +107,7 @@ def _carried_state(bilm: BiLM, rows: int):
     return fresh
 
 
-def _store_state(bilm: BiLM, final) -> None:
+def _store_state(bilm: BiLM, final: LstmState) -> None:
     carried = bilm.carried_state
     if carried is not None and carried.batch_size > final.batch_size:
         carried.h[:, :, : final.batch_size] = final.h
@@ -114,7 +116,7 @@ def _store_state(bilm: BiLM, final) -> None:
         bilm.carried_state = final
 
 
-def batches_by_length(sentences: List[List[str]], max_batch_tokens: int) -> Iterator[List[int]]:
+def batches_by_length(sentences: Sequence[Sequence[str]], max_batch_tokens: int) -> Iterator[List[int]]:
     """Indices of sentences in batches of similar length, each within the token budget (boundary
     tokens included; nothing is padded). A sentence longer than the budget runs alone."""
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Callable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -73,7 +73,10 @@ class TokenCache:
                 self._store(missing, fresh, keep=set(unique))
             for token in unique:
                 self._slots.move_to_end(token)
-            rows = self._rows[torch.tensor([self._slots[t] for t in unique], device=self._rows.device)]
+            # Every token of ``unique`` is in _slots now, so _rows is set, unless there are no tokens at all:
+            # then on an empty cache _rows is None and this raises, as it always has.
+            table = cast(Tensor, self._rows)
+            rows = table[torch.tensor([self._slots[t] for t in unique], device=table.device)]
         return rows[torch.tensor([position[t] for t in tokens], device=rows.device, dtype=torch.long)]
 
     def _assemble(self, unique: List[str], missing: List[str], fresh: Tensor | None) -> Tensor:
@@ -81,13 +84,16 @@ class TokenCache:
         parts = []
         for token in unique:
             if token in missing_index:
+                assert fresh is not None  # fresh = encode(missing), and missing holds this token
                 parts.append(fresh[missing_index[token]])
             else:
+                assert self._rows is not None  # a token in _slots has its row in _rows
                 parts.append(self._rows[self._slots[token]])
         return torch.stack(parts)
 
     def _store(self, tokens: List[str], rows: Tensor, keep: set) -> None:
         self._reserve(rows)
+        assert self._rows is not None  # _reserve allocates it
         free = self._free_slots(len(tokens), keep)
         self._rows[torch.tensor(free, device=rows.device)] = rows
         for token, slot in zip(tokens, free):
@@ -104,6 +110,7 @@ class TokenCache:
             self._rows = grown
 
     def _free_slots(self, count: int, keep: set) -> List[int]:
+        assert self._rows is not None  # called by _store, after _reserve
         used = len(self._slots)
         free = list(range(used, min(used + count, self._rows.shape[0])))
         while len(free) < count:  # evict the least recently used tokens not in this batch
@@ -117,12 +124,12 @@ class TokenCache:
             self.clear()
             self._fingerprint = fingerprint
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         del state["_lock"]
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 

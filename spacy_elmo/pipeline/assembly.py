@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union, cast
 
 import spacy
 from spacy.language import Language
@@ -22,6 +22,9 @@ from spacy.training import Example
 from ..hub.cache import resolve_weights
 from ..hub.catalogue import PublishedModel, get_model
 from .centering import text_lines
+
+if TYPE_CHECKING:
+    from .centering_fit import FitsCentering
 
 PathLike = Union[str, Path]
 
@@ -53,7 +56,7 @@ def text_docs(path: PathLike) -> Callable[[Language], Iterable[Doc]]:
     """The lines of a .txt file (or of a folder's .txt files) as docs, split into sentences by the
     pipeline's components before elmo."""
     lines = text_lines(path)
-    return lambda nlp: nlp.get_pipe("elmo").docs_from_texts(nlp, lines)
+    return lambda nlp: cast("FitsCentering", nlp.get_pipe("elmo")).docs_from_texts(nlp, lines)
 
 
 def published_pipeline(

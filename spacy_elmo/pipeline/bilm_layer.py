@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import srsly
 import torch
@@ -103,7 +103,9 @@ def _sentences_in(model: Model, sentences: Sentences, is_train: bool) -> Tuple[A
     return ArgsKwargs(args=(sentences,), kwargs={}), backprop
 
 
-def _layers_out(model: Model, inputs_outputs: Tuple[Sentences, torch.Tensor], is_train: bool):
+def _layers_out(
+    model: Model, inputs_outputs: Tuple[Sentences, torch.Tensor], is_train: bool
+) -> Tuple[List[Floats3d], Callable[[List[Floats3d]], ArgsKwargs]]:
     sentences, layers = inputs_outputs
     packed = torch2xp(layers.float())
     per_sentence = split_sentences(packed, [len(sentence) for sentence in sentences])

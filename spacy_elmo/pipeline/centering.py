@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
@@ -57,7 +57,7 @@ def text_lines(path: Union[str, Path]) -> Iterator[str]:
     return _lines_of(files)
 
 
-def _lines_of(files) -> Iterator[str]:
+def _lines_of(files: Iterable[Path]) -> Iterator[str]:
     for file in files:
         with open(file, encoding="utf-8") as lines:
             yield from (line.strip() for line in lines if line.strip())

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
 from spacy.tokens import Doc
+from spacy.training import Example
 
 from .centering import CENTERING_TOKENS, MIN_CENTERING_TOKENS, Centering, NotEnoughText, text_lines
 from .mix_settings import MixSettings, mix_layers
@@ -22,10 +23,14 @@ class FitsCentering:
 
     name: str
     cfg: Dict[str, Any]
-    mix: MixSettings
-    _centering: Optional[Tuple[dict, Centering]]
+    _centering: Optional[Tuple[dict, Optional[Centering]]]  # (cfg entry, its Centering)
     predict: Callable[[Iterable[Doc]], List[np.ndarray]]
     _require_weights: Callable[[], None]
+
+    if TYPE_CHECKING:  # the component's read-only property
+
+        @property
+        def mix(self) -> MixSettings: ...
 
     @property
     def centering(self) -> Optional[Centering]:
@@ -43,7 +48,13 @@ class FitsCentering:
             self._centering = (entry, Centering.from_value(entry))
         return self._centering[1]
 
-    def _initialize_centering(self, get_examples, nlp, text: Optional[Union[str, Path]], max_tokens: int) -> None:
+    def _initialize_centering(
+        self,
+        get_examples: Optional[Callable[[], Iterable[Example]]],
+        nlp: Optional[Language],
+        text: Optional[Union[str, Path]],
+        max_tokens: int,
+    ) -> None:
         if text is not None:
             if nlp is None:
                 raise ValueError("elmo: centering_text needs the pipeline: call nlp.initialize(), not the component's.")

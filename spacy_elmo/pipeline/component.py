@@ -18,7 +18,7 @@ settings), what users read off it in ``attributes``. With ``center_vectors`` on 
 
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from spacy.language import Language
@@ -26,7 +26,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.vocab import Vocab
-from thinc.api import Config, Model
+from thinc.api import Config, Model, Optimizer
 
 from ..hub.cache import resolve_weights
 from ..weights.native import load_bilm
@@ -43,6 +43,9 @@ from .sentence_cache import SentenceCache
 from .sentence_runs import doc_layers
 from .settings import DEFAULTS, checked_settings
 from .storage import Storage
+
+if TYPE_CHECKING:
+    from ..network.bilm import BiLM
 
 DEFAULT_MODEL = Config().from_str(
     """
@@ -98,12 +101,12 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         self.cfg: Dict[str, Any] = {**checked_settings(settings), "centering": None}
         self._settings = {key: value for key, value in self.cfg.items() if key not in ("weights", "centering")}
         self._warned_update = False
-        self._centering: Optional[Tuple[dict, Centering]] = None
+        self._centering: Optional[Tuple[dict, Optional[Centering]]] = None
         self._sentences = SentenceCache(self.cfg["sentence_cache_tokens"])
         self.listener_map: Dict[str, List[Model]] = {}
 
     @property
-    def bilm(self):
+    def bilm(self) -> "BiLM":
         """The torch BiLM this component runs."""
         return get_bilm(self.model)
 
@@ -185,7 +188,14 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
             if hooks:
                 install_vector_hooks(doc)
 
-    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None) -> Dict[str, float]:
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
         """The biLM is frozen inside spaCy: nothing to update."""
         if not self._warned_update:
             warnings.warn(
@@ -196,7 +206,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
             self._warned_update = True
         return losses if losses is not None else {}
 
-    def from_disk(self, path, *, exclude=tuple()) -> "Elmo":
+    def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "Elmo":
         model_file = Path(path) / "model"
         if "model" not in exclude and not model_file.is_file():
             raise ValueError(
@@ -209,7 +219,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
             raise ValueError(f"{model_file} is not a readable elmo model: {err}") from None
         return self._settings_from_config()
 
-    def from_bytes(self, bytes_data: bytes, *, exclude=tuple()) -> "Elmo":
+    def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)
         return self._settings_from_config()
 

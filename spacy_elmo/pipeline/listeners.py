@@ -14,7 +14,7 @@ component is frozen but not in ``annotating_components``.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from spacy.language import Language
 from thinc.api import Model
@@ -57,7 +57,7 @@ class MixListeners:
             del self.listener_map[component_name]
         return True
 
-    def find_listeners(self, component) -> None:
+    def find_listeners(self, component: Any) -> None:
         """List the task mixes in ``component``'s model and give them this biLM's dims."""
         model = getattr(component, "model", None)
         if not isinstance(model, Model):
@@ -70,7 +70,7 @@ class MixListeners:
 
     def find_later_listeners(self, nlp: Language) -> None:
         """``find_listeners`` on the components after this one in ``nlp``'s pipeline."""
-        components = [component for _, component in nlp.pipeline]
+        components: List[object] = [component for _, component in nlp.pipeline]
         position = next((i for i, component in enumerate(components) if component is self), None)
         if position is not None:
             for component in components[position + 1 :]:

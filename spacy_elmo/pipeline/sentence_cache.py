@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..network.bilm import BiLM
 
 
 class SentenceCache:
@@ -22,7 +25,7 @@ class SentenceCache:
         self._tokens = 0
         self._owner: Optional[Tuple[int, str]] = None
 
-    def for_model(self, bilm) -> "SentenceCache":
+    def for_model(self, bilm: BiLM) -> "SentenceCache":
         """This cache, emptied first unless its layers came from ``bilm`` in its current precision."""
         owner = (id(bilm), bilm.precision)
         with self._lock:

@@ -33,7 +33,7 @@ those docs zeros of the right shape, and raises for any other doc without layers
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 from spacy.tokens import Doc
@@ -94,7 +94,7 @@ def set_layer_dims(model: Model, n_layers: int, width: int, source: str) -> None
             )
 
 
-def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
+def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
     """Dims from the first doc of X that carries layers; s (L+1,) at 0 (the plain average) and
     gamma at 1 once the number of layers is known, else on the first forward pass with layers."""
     if X is not None:
@@ -119,7 +119,9 @@ def mix_weights(model: Model) -> Tuple[np.ndarray, float]:
     return weights / weights.sum(), float(model.ops.to_numpy(model.get_param("gamma"))[0])
 
 
-def _mix_forward(model: Model, docs: List[Doc], is_train: bool):
+def _mix_forward(
+    model: Model, docs: List[Doc], is_train: bool
+) -> Tuple[List[Floats2d], Callable[[List[Floats2d]], List[Doc]]]:
     if not docs:
         return [], lambda d_outputs: []
     ops = model.ops
@@ -137,9 +139,11 @@ def _mix_forward(model: Model, docs: List[Doc], is_train: bool):
         for h, a, m, d_y in zip(layers, averaged, masks, d_outputs):
             d_y = d_y * m if m is not None else d_y
             d_gamma += float((a * d_y).sum())
-            d_weights += gamma[0] * (h * d_y[None]).sum(axis=(1, 2))
+            # thinc's Floats2d stub takes no None (new axis) index, as numpy and cupy do
+            d_weights += gamma[0] * (h * d_y[None]).sum(axis=(1, 2))  # type: ignore[call-overload]
         n_tokens = sum(len(doc) for doc in docs)  # spaCy's task losses sum over tokens: so does the penalty
-        d_s = weights * (d_weights - (weights * d_weights).sum()) + 2 * model.attrs["l2"] * n_tokens * s
+        # thinc's stubs make keepdims a required argument of a floats array's sum(); numpy's defaults to False
+        d_s = weights * (d_weights - (weights * d_weights).sum()) + 2 * model.attrs["l2"] * n_tokens * s  # type: ignore[call-overload]
         model.inc_grad("s", d_s)
         model.inc_grad("gamma", ops.asarray1f([d_gamma]))
         return []
@@ -164,7 +168,8 @@ def _layers(model: Model, doc: Doc) -> Floats3d:
         _reset_params(model)
     layers = model.ops.asarray3f(data)
     if model.attrs["layer_norm"]:
-        layers = (layers - layers.mean(axis=2, keepdims=True)) / (layers.std(axis=2, keepdims=True) + 1e-6)
+        # thinc's Floats3d stub lacks mean() and std(), which numpy and cupy arrays have
+        layers = (layers - layers.mean(axis=2, keepdims=True)) / (layers.std(axis=2, keepdims=True) + 1e-6)  # type: ignore[attr-defined]
     return layers
 
 
@@ -196,7 +201,9 @@ def ElmoEmbed(
     input width is inferred at initialization."""
     mix_width = mix.maybe_get_dim("nO")
     n_inputs = output_width(embed) + mix_width if mix_width is not None else None
-    model = chain(concatenate(embed, mix), with_array(Maxout(width, n_inputs, nP=3, normalize=True)))
+    model: Model[List[Doc], List[Floats2d]] = chain(
+        concatenate(embed, mix), with_array(Maxout(width, n_inputs, nP=3, normalize=True))
+    )
     model.set_dim("nO", width)
     model.name = "elmo_embed"
     return model
@@ -209,7 +216,7 @@ def ElmoTok2Vec(
     """The task encoder's output with ELMo added again, [h_k; ELMo_k^task] (the paper's option of
     using ELMo at the output of the task RNN). Width: tok2vec's + the mix's (set at initialization
     when the mix's is not known yet)."""
-    model = concatenate(tok2vec, mix)
+    model: Model[List[Doc], List[Floats2d]] = concatenate(tok2vec, mix)
     if mix.has_dim("nO"):
         model.set_dim("nO", output_width(tok2vec) + mix.get_dim("nO"))
     model.name = "elmo_tok2vec"

@@ -5,7 +5,7 @@ gate order and its run-time forget bias are turned into PyTorch's order and a fo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -13,6 +13,12 @@ from torch import Tensor
 from ..network.bilm import BiLM
 from ..network.config import BiLMConfig, ConfigError, config_from_options
 from .native import PathLike, WeightsError, load_state
+
+if TYPE_CHECKING:
+    import h5py
+
+# Reads a dataset of the hdf5 file, checking its shape: (name, shape) -> float32 tensor.
+_Reader = Callable[[str, Tuple[int, ...]], Tensor]
 
 _TF_GATES = ("i", "j", "f", "o")  # TensorFlow's LSTMCell order; j is the cell input
 _TORCH_GATES = ("i", "f", "j", "o")
@@ -33,7 +39,7 @@ def import_original(options_path: PathLike, weights_path: PathLike, config: Opti
     return bilm.eval()
 
 
-def _open_hdf5(path: Path):
+def _open_hdf5(path: Path) -> h5py.File:
     try:
         import h5py
     except ImportError:
@@ -46,8 +52,8 @@ def _open_hdf5(path: Path):
         raise WeightsError(f"{path}: not a readable HDF5 file ({err}).") from None
 
 
-def _original_state(source, config: BiLMConfig, path: Path, options_path: Path) -> Dict[str, Tensor]:
-    def read(name: str, shape) -> Tensor:
+def _original_state(source: h5py.File, config: BiLMConfig, path: Path, options_path: Path) -> Dict[str, Tensor]:
+    def read(name: str, shape: Tuple[int, ...]) -> Tensor:
         if name not in source:
             raise WeightsError(f"{path} has no dataset {name!r}: does it belong to {options_path}?")
         array = source[name][...]
@@ -82,7 +88,7 @@ def _original_state(source, config: BiLMConfig, path: Path, options_path: Path) 
     return state
 
 
-def _original_lstm(read, cell: str, target: str, config: BiLMConfig) -> Dict[str, Tensor]:
+def _original_lstm(read: _Reader, cell: str, target: str, config: BiLMConfig) -> Dict[str, Tensor]:
     cells, proj = config.lstm_dim, config.projection_dim
     kernel = read(f"{cell}/W_0", (proj + proj, 4 * cells)).t()  # (4H, I + P), inputs then recurrent
     bias = read(f"{cell}/B", (4 * cells,)).clone()
