@@ -157,6 +157,35 @@ def test_bitwise_identical_whatever_the_batch(seeded, overrides, path, kernels):
         assert np.array_equal(got, alone), f"trial {trial}: {len(batch)} sentences, budget {budget}"
 
 
+def test_a_row_gets_the_same_bits_at_every_position_of_a_fixed_shape_block(seeded):
+    """Fixed shapes alone do not keep rows independent: MKL's AVX2 sgemm sums the last two rows of
+    some row counts in another order (rows 30-31 of 32 and 254-255 of 256 on a Xeon capped at
+    AVX2). A row must give the same bits wherever it sits in the block."""
+    from spacy_elmo.kernels.batch_invariant import matmul_rows
+
+    for rows, k, n in [(256, 24, 16), (256, 8, 8), (64, 32, 32), (32, 16, 192), (32, 48, 16)]:
+        weight = torch.randn(n, k)
+        row = torch.randn(1, k)
+        for count in (1, rows - 1, rows):  # the row alone, and last in a block
+            x = torch.cat([torch.randn(count - 1, k), row])
+            got = matmul_rows(x, weight.t(), rows)[-1]
+            assert torch.equal(got, matmul_rows(row, weight.t(), rows)[0]), f"row {count - 1} of ({rows}, {k}, {n})"
+
+
+@pytest.mark.parametrize("path", ["step", "fused"])
+def test_the_last_lanes_of_a_chunk_give_the_same_bits_as_a_sentence_alone(seeded, path, kernels):
+    """31 longer sentences beside it put a sentence in the last lane of a 32-lane chunk (the lane
+    MKL's AVX2 sgemm computed with another kernel)."""
+    bilm = random_bilm()
+    dim = bilm.config.projection_dim
+    target = torch.randn(12, dim)
+    others = [torch.randn(20 + i % 5, dim) for i in range(31)]
+    with torch.no_grad():
+        alone, _ = bilm.contextualize(target, [12], path=path)
+        batch, _ = bilm.contextualize(torch.cat([*others, target]), [len(o) for o in others] + [12], path=path)
+    assert torch.equal(batch[:, -12:], alone)
+
+
 def test_other_blockings_agree_to_rounding(seeded):
     """Other fixed shapes (chunk widths, GEMM blocks) change only the rounding."""
     bilm = random_bilm(cell_clip=3.0)

@@ -6,7 +6,11 @@ differently from the SIMD lanes. Both would make a sentence's vectors depend on 
 companions. BLAS also splits long sums (K = 2048 here) across threads, so a result would depend on
 the thread count. Here every GEMM runs on blocks of a fixed shape (zero-padded), long sums are cut
 into fixed K blocks added in a fixed order, and transcendental elementwise functions run on fixed
-slices that one thread takes whole, so each element takes one code path wherever it sits. Plain
+slices that one thread takes whole, so each element takes one code path wherever it sits. A fixed
+shape alone does not give every row the same kernel: MKL's AVX2 sgemm (seen on a Xeon capped at
+AVX2) sums the last two rows of some row counts in another order (rows 30-31 of 32, 126-127 and
+254-255 of 256 on two threads), so on CPU a block runs at the row count a probe finds free of such
+rows (``clean_rows``), its real rows first and zeros after. Plain
 IEEE operations (add, mul, max, clamp) round identically on every path and need no care. int8
 matmuls (``quantized``) sum integers exactly, so they need no fixed shapes either.
 """
@@ -14,13 +18,13 @@ matmuls (``quantized``) sum integers exactly, so they need no fixed shapes eithe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Dict, Tuple
 
 import torch
 from torch import Tensor
 
 from . import onednn, quantized
-from .onednn import K_BLOCK
+from .onednn import K_BLOCK, probed_thread_counts
 from .precision import check_precision, operand
 
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
@@ -91,14 +95,69 @@ def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32")
     Returns:
         (M, N), each row bitwise independent of M and of the other rows.
     """
-    n_rows = x.shape[0]
-    padded = -(-n_rows // rows) * rows
-    if padded != n_rows:
-        x = torch.cat([x, x.new_zeros(padded - n_rows, x.shape[1])])
-    out = x.new_empty(padded, weight_t.shape[1])
-    for start in range(0, padded, rows):
-        matmul_k_blocks(x[start : start + rows], weight_t, precision, out[start : start + rows])
-    return out[:n_rows]
+    n_rows, n_blocks = x.shape[0], -(-x.shape[0] // rows)
+    call_rows = clean_rows(rows, weight_t, precision)  # each block: its rows, then zeros up to call_rows
+    if n_blocks * rows != n_rows:
+        x = torch.cat([x, x.new_zeros(n_blocks * rows - n_rows, x.shape[1])])
+    x = x.reshape(n_blocks, rows, x.shape[1])
+    if call_rows != rows:
+        x = torch.cat([x, x.new_zeros(n_blocks, call_rows - rows, x.shape[2])], dim=1)
+    out = x.new_empty(n_blocks, call_rows, weight_t.shape[1])
+    for block in range(n_blocks):
+        matmul_k_blocks(x[block], weight_t, precision, out[block])
+    return out[:, :rows].reshape(n_blocks * rows, -1)[:n_rows]
+
+
+def clean_rows(rows: int, weight_t: Tensor, precision: str = "fp32") -> int:
+    """How many rows a fixed-shape ``matmul_k_blocks`` call with ``weight_t`` (K, N) takes to hold
+    ``rows`` rows so that each gets the bits it would get as the first row: ``rows`` off CPU; on
+    CPU the smallest count from ``rows`` up at which a probe finds every row position computed as
+    the first at each of ``probed_thread_counts`` (probed once per shape, layout and precision).
+    Raises RuntimeError where no count up to ``rows`` + ``max(8, rows // 4)`` is."""
+    if weight_t.device.type != "cpu":
+        return rows
+    key = (rows, tuple(weight_t.shape), weight_t.stride(), precision, probed_thread_counts())
+    if key not in _CLEAN_ROWS:
+        _CLEAN_ROWS[key] = _probe_clean_rows(rows, weight_t, precision, key[-1])
+    return _CLEAN_ROWS[key]
+
+
+_CLEAN_ROWS: Dict[Tuple, int] = {}
+
+
+def _probe_clean_rows(rows: int, weight_t: Tensor, precision: str, thread_counts: Tuple[int, ...]) -> int:
+    generator = torch.Generator().manual_seed(0)
+    probe = torch.empty_strided(weight_t.shape, weight_t.stride())  # the weight's layout, random values
+    probe.copy_(torch.randn(weight_t.shape, generator=generator))
+    samples = torch.randn(2, weight_t.shape[0], generator=generator)
+    most = rows + max(8, rows // 4)
+    for count in range(rows, most + 1):
+        if _positions_agree(count, samples, probe, precision, thread_counts):
+            return count
+    raise RuntimeError(
+        f"No fixed-shape matmul of {rows} to {most} rows with a {tuple(weight_t.shape)} weight in {precision} gives "
+        "every row position the same bits on this machine: its results would depend on the batch. Run a torch "
+        "built with oneDNN (whose row-count probe passes on AVX2 and AVX-512 CPUs), or another precision."
+    )
+
+
+def _positions_agree(
+    count: int, samples: Tensor, weight_t: Tensor, precision: str, thread_counts: Tuple[int, ...]
+) -> bool:
+    """Whether each sample row, repeated ``count`` times, gives the bits of the first row at every
+    position, at each thread count."""
+    threads = torch.get_num_threads()
+    try:
+        for sample in samples:
+            x = sample.expand(count, -1).contiguous()
+            for threads_now in thread_counts:
+                torch.set_num_threads(threads_now)
+                out = matmul_k_blocks(x, weight_t, precision, x.new_empty(count, weight_t.shape[1]))
+                if not torch.equal(out, out[:1].expand_as(out)):
+                    return False
+    finally:
+        torch.set_num_threads(threads)
+    return True
 
 
 def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor:

@@ -42,7 +42,9 @@ def layer_runner(
         order = PackedOrder.build(lengths, device)
         return lambda layer, x, direction, start: (recurrence.run_differentiable(layer, x, order, direction), None)
     if path == "fused" or (path == "auto" and not (clipped or stateful or reduced) and device.type == "cuda"):
-        plan = LanePlan.build(lengths, blocking.fused_rows, blocking.fused_steps, device)
+        proj = config.projection_dim  # every layer's input is the P-wide output of the one below
+        lanes = recurrence.fused_lanes(proj, config.lstm_dim, proj, blocking, device)
+        plan = LanePlan.build(lengths, lanes, blocking.fused_steps, device)
         return lambda layer, x, direction, start: recurrence.run_fused_blocks(
             layer, x, plan, direction, start, blocking
         )

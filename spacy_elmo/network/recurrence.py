@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ..kernels import onednn, quantized
-from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
+from ..kernels.batch_invariant import Blocking, clean_rows, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
 
 if TYPE_CHECKING:
     from .lstm_layer import LstmLayer
@@ -226,8 +226,12 @@ class StepMatmuls:
             return quantized.linear(x, weight)
         if self.through_onednn:
             return onednn.linear(x, weight, self.blocking.precision)
-        out = x.new_empty(x.shape[0], weight.shape[0])
-        return matmul_k_blocks(x, weight.t(), self.blocking.precision, out)
+        rows = x.shape[0]
+        call_rows = clean_rows(rows, weight.t(), self.blocking.precision)  # fixed shapes: see ``clean_rows``
+        if call_rows != rows:
+            x = torch.cat([x, x.new_zeros(call_rows - rows, x.shape[1])])
+        out = x.new_empty(call_rows, weight.shape[0])
+        return matmul_k_blocks(x, weight.t(), self.blocking.precision, out)[:rows]
 
 
 class Scratch:
@@ -364,6 +368,53 @@ def run_fused_blocks(
             )
             out[tokens] = y
     return out[:-1], None
+
+
+def fused_lanes(input_dim: int, cells: int, projection_dim: int, blocking: Blocking, device: torch.device) -> int:
+    """Lanes per block of the fused kernel for a layer of these sizes: ``blocking.fused_rows``, or
+    on CPU the smallest count from it up at which a probe finds torch's LSTM kernel (MKL matmuls,
+    see ``clean_rows``) giving every lane the bits of the first at each of
+    ``onednn.probed_thread_counts``; probed once per shape. Raises RuntimeError where no count up
+    to ``fused_rows`` + ``max(8, fused_rows // 4)`` is."""
+    lanes = blocking.fused_rows
+    if device.type != "cpu":
+        return lanes
+    shapes = ((4 * cells, input_dim), (4 * cells, projection_dim), (4 * cells,), (4 * cells,), (projection_dim, cells))
+    key = (lanes, blocking.fused_steps, shapes, onednn.probed_thread_counts())
+    if key not in _FUSED_LANES:
+        _FUSED_LANES[key] = _probe_fused_lanes(lanes, blocking.fused_steps, shapes, key[-1])
+    return _FUSED_LANES[key]
+
+
+_FUSED_LANES: Dict[Tuple, int] = {}
+
+
+def _probe_fused_lanes(
+    lanes: int, steps: int, shapes: Sequence[Tuple[int, ...]], thread_counts: Tuple[int, ...]
+) -> int:
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(shape, generator=generator) * shape[-1] ** -0.5 for shape in shapes]
+    weights[3].zero_()  # the second bias, as ``fused_weights`` gives it
+    sequence = torch.randn(1, steps, shapes[0][1], generator=generator)
+    threads = torch.get_num_threads()
+    most = lanes + max(8, lanes // 4)
+    try:
+        for count in range(lanes, most + 1):
+            x = sequence.expand(count, -1, -1).contiguous()
+            state = (x.new_zeros(1, count, shapes[4][0]), x.new_zeros(1, count, shapes[4][1]))
+            agree = True
+            for threads_now in thread_counts:
+                torch.set_num_threads(threads_now)
+                y, _, _ = torch.lstm(x, state, weights, True, 1, 0.0, False, False, True)
+                agree = agree and torch.equal(y, y[:1].expand_as(y))
+            if agree:
+                return count
+    finally:
+        torch.set_num_threads(threads)
+    raise RuntimeError(
+        f"torch's fused LSTM kernel gives the lanes of no block of {lanes} to {most} lanes the same bits on this "
+        "machine: its results would depend on the batch. Use path='step'."
+    )
 
 
 def fused_weights(layer: LstmLayer) -> List[Tensor]:
