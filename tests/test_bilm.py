@@ -166,6 +166,7 @@ def test_a_row_gets_the_same_bits_at_every_position_of_a_fixed_shape_block(seede
     for rows, k, n in [(256, 24, 16), (256, 8, 8), (64, 32, 32), (32, 16, 192), (32, 48, 16)]:
         weight = torch.randn(n, k)
         row = torch.randn(1, k)
+        assert matmul_rows(torch.zeros(0, k), weight.t(), rows).shape == (0, n)  # no rows: none out
         for count in (1, rows - 1, rows):  # the row alone, and last in a block
             x = torch.cat([torch.randn(count - 1, k), row])
             got = matmul_rows(x, weight.t(), rows)[-1]

@@ -105,7 +105,7 @@ def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32")
     out = x.new_empty(n_blocks, call_rows, weight_t.shape[1])
     for block in range(n_blocks):
         matmul_k_blocks(x[block], weight_t, precision, out[block])
-    return out[:, :rows].reshape(n_blocks * rows, -1)[:n_rows]
+    return out[:, :rows].reshape(n_blocks * rows, weight_t.shape[1])[:n_rows]
 
 
 def clean_rows(rows: int, weight_t: Tensor, precision: str = "fp32") -> int:
