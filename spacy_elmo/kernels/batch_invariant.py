@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import onednn, quantized
-from .onednn import K_BLOCK, probed_thread_counts
+from .onednn import K_BLOCK, holds_at_thread_counts, probed_thread_counts
 from .precision import check_precision, operand
 
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
@@ -130,34 +130,39 @@ def _probe_clean_rows(rows: int, weight_t: Tensor, precision: str, thread_counts
     probe = torch.empty_strided(weight_t.shape, weight_t.stride())  # the weight's layout, random values
     probe.copy_(torch.randn(weight_t.shape, generator=generator))
     samples = torch.randn(2, weight_t.shape[0], generator=generator)
-    most = rows + max(8, rows // 4)
-    for count in range(rows, most + 1):
-        if _positions_agree(count, samples, probe, precision, thread_counts):
-            return count
-    raise RuntimeError(
-        f"No fixed-shape matmul of {rows} to {most} rows with a {tuple(weight_t.shape)} weight in {precision} gives "
-        "every row position the same bits on this machine: its results would depend on the batch. Run a torch "
-        "built with oneDNN (whose row-count probe passes on AVX2 and AVX-512 CPUs), or another precision."
+
+    def positions_agree(count: int) -> bool:
+        """Each sample row, repeated ``count`` times, gives the first row's bits at every position."""
+
+        def check() -> bool:
+            for sample in samples:
+                out = matmul_k_blocks(
+                    sample.expand(count, -1).contiguous(), probe, precision, probe.new_empty(count, probe.shape[1])
+                )
+                if not torch.equal(out, out[:1].expand_as(out)):
+                    return False
+            return True
+
+        return holds_at_thread_counts(check, thread_counts)
+
+    return smallest_clean_count(
+        rows,
+        positions_agree,
+        f"No fixed-shape matmul of {{}} rows with a {tuple(weight_t.shape)} weight in {precision} gives every row "
+        "position the same bits on this machine: its results would depend on the batch. Run a torch built with "
+        "oneDNN (whose row-count probe passes on AVX2 and AVX-512 CPUs), or another precision.",
     )
 
 
-def _positions_agree(
-    count: int, samples: Tensor, weight_t: Tensor, precision: str, thread_counts: Tuple[int, ...]
-) -> bool:
-    """Whether each sample row, repeated ``count`` times, gives the bits of the first row at every
-    position, at each thread count."""
-    threads = torch.get_num_threads()
-    try:
-        for sample in samples:
-            x = sample.expand(count, -1).contiguous()
-            for threads_now in thread_counts:
-                torch.set_num_threads(threads_now)
-                out = matmul_k_blocks(x, weight_t, precision, x.new_empty(count, weight_t.shape[1]))
-                if not torch.equal(out, out[:1].expand_as(out)):
-                    return False
-    finally:
-        torch.set_num_threads(threads)
-    return True
+def smallest_clean_count(start: int, agrees: Callable[[int], bool], problem: str) -> int:
+    """The smallest count from ``start`` to ``start + max(8, start // 4)`` for which ``agrees``
+    holds (a block of rows or lanes that a kernel computes alike); else RuntimeError with
+    ``problem``, whose ``{}`` names the range tried."""
+    most = start + max(8, start // 4)
+    for count in range(start, most + 1):
+        if agrees(count):
+            return count
+    raise RuntimeError(problem.format(f"{start} to {most}"))
 
 
 def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor:

@@ -202,17 +202,26 @@ def _rows_agree(
 ) -> bool:
     """Whether ``linear(x[:n])`` is bitwise the first n rows of ``reference(x)`` (default
     ``linear``, all of x at the current thread count) for each n in ``rows``, at each of
-    ``thread_counts`` (none: the current one). False where an op is missing; the thread count is
-    restored."""
-    threads = torch.get_num_threads()
+    ``thread_counts`` (none: the current one). False where an op is missing."""
     try:
         every_row = (reference or linear)(x)
-        for count in thread_counts or (threads,):
-            torch.set_num_threads(count)
-            if not all(torch.equal(linear(x[:n]), every_row[:n]) for n in rows):
-                return False
+        return holds_at_thread_counts(
+            lambda: all(torch.equal(linear(x[:n]), every_row[:n]) for n in rows),
+            thread_counts or (torch.get_num_threads(),),
+        )
     except RuntimeError:  # an op this build of torch lacks
         return False
+
+
+def holds_at_thread_counts(check: Callable[[], bool], thread_counts: Sequence[int]) -> bool:
+    """Whether ``check()`` holds with torch running on each of ``thread_counts`` threads (stops at
+    the first that fails); the thread count is restored."""
+    threads = torch.get_num_threads()
+    try:
+        for count in thread_counts:
+            torch.set_num_threads(count)
+            if not check():
+                return False
     finally:
         torch.set_num_threads(threads)
     return True

@@ -29,7 +29,15 @@ import torch
 from torch import Tensor
 
 from ..kernels import onednn, quantized
-from ..kernels.batch_invariant import Blocking, clean_rows, elementwise_, linear_rows, matmul_k_blocks, rows_any_count
+from ..kernels.batch_invariant import (
+    Blocking,
+    elementwise_,
+    linear_rows,
+    matmul_rows,
+    rows_any_count,
+    smallest_clean_count,
+)
+from ..kernels.onednn import holds_at_thread_counts
 
 if TYPE_CHECKING:
     from .lstm_layer import LstmLayer
@@ -226,12 +234,7 @@ class StepMatmuls:
             return quantized.linear(x, weight)
         if self.through_onednn:
             return onednn.linear(x, weight, self.blocking.precision)
-        rows = x.shape[0]
-        call_rows = clean_rows(rows, weight.t(), self.blocking.precision)  # fixed shapes: see ``clean_rows``
-        if call_rows != rows:
-            x = torch.cat([x, x.new_zeros(call_rows - rows, x.shape[1])])
-        out = x.new_empty(call_rows, weight.shape[0])
-        return matmul_k_blocks(x, weight.t(), self.blocking.precision, out)[:rows]
+        return matmul_rows(x, weight.t(), x.shape[0], self.blocking.precision)  # one fixed-shape block
 
 
 class Scratch:
@@ -396,24 +399,22 @@ def _probe_fused_lanes(
     weights = [torch.randn(shape, generator=generator) * shape[-1] ** -0.5 for shape in shapes]
     weights[3].zero_()  # the second bias, as ``fused_weights`` gives it
     sequence = torch.randn(1, steps, shapes[0][1], generator=generator)
-    threads = torch.get_num_threads()
-    most = lanes + max(8, lanes // 4)
-    try:
-        for count in range(lanes, most + 1):
-            x = sequence.expand(count, -1, -1).contiguous()
-            state = (x.new_zeros(1, count, shapes[4][0]), x.new_zeros(1, count, shapes[4][1]))
-            agree = True
-            for threads_now in thread_counts:
-                torch.set_num_threads(threads_now)
-                y, _, _ = torch.lstm(x, state, weights, True, 1, 0.0, False, False, True)
-                agree = agree and torch.equal(y, y[:1].expand_as(y))
-            if agree:
-                return count
-    finally:
-        torch.set_num_threads(threads)
-    raise RuntimeError(
-        f"torch's fused LSTM kernel gives the lanes of no block of {lanes} to {most} lanes the same bits on this "
-        "machine: its results would depend on the batch. Use path='step'."
+
+    def lanes_agree(count: int) -> bool:
+        x = sequence.expand(count, -1, -1).contiguous()
+        state = (x.new_zeros(1, count, shapes[4][0]), x.new_zeros(1, count, shapes[4][1]))
+
+        def check() -> bool:
+            y, _, _ = torch.lstm(x, state, weights, True, 1, 0.0, False, False, True)
+            return bool(torch.equal(y, y[:1].expand_as(y)))
+
+        return holds_at_thread_counts(check, thread_counts)
+
+    return smallest_clean_count(
+        lanes,
+        lanes_agree,
+        "torch's fused LSTM kernel gives the lanes of no block of {} lanes the same bits on this machine: its "
+        "results would depend on the batch. Use path='step'.",
     )
 
 
