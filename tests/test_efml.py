@@ -40,7 +40,10 @@ NETWORK = {
     "dropout": 0.1,
 }
 # The training text the vocabularies come from; 'ж', 'Ω' and the words of SENTENCES not here are unknown.
-TRAINING_TEXT = "Café naïve über straße 東京 は 大きい 。 emoji 😀 👍🏽 ok a long word the cat sat"
+# Their reader cuts a token to MAX_CHARS - 2 characters before the word lookup: "internationalization"
+# is in word.dic whole but read as "internat" (unknown), "supercalifragilistic" as "supercal" (known).
+LONG_WORD, CUT_PREFIX = "internationalization", "supercal"
+TRAINING_TEXT = f"Café naïve über straße 東京 は 大きい 。 emoji 😀 👍🏽 ok a long word the cat sat {LONG_WORD} {CUT_PREFIX}"
 SENTENCES = [
     ["Café", "naïve", "über", "straße", "the", "cat"],
     ["東京", "は", "大きい", "。"],
@@ -125,6 +128,19 @@ def test_every_layer_matches_their_embedder(efml_model, theirs, tmp_path):
             assert got.shape == want.shape == (3, len(sentence), 16)
             np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
     assert np.isclose(np.abs(theirs[0][1]), PROJ_CLIP).any(), "the test model should exercise projection clipping"
+
+
+def test_long_words_are_looked_up_as_their_reader_cuts_them(efml_model, theirs):
+    """Layer 0 of the long tokens (no context in it) tells whether the word lookup used the cut."""
+    if not (efml_model / "word.dic").is_file():
+        pytest.skip("a model without a word embedding")
+    words = read_lexicon(efml_model / "word.dic")
+    assert LONG_WORD in words and CUT_PREFIX in words and LONG_WORD[: MAX_CHARS - 2] not in words
+    ours = import_efml(efml_model)
+    _, word_ids = ours.indexer.encode(SENTENCES[3])
+    assert list(word_ids) == [words["<oov>"], words["a"], words[CUT_PREFIX]]
+    got = embed_sentences(ours, [SENTENCES[3]])[0]
+    np.testing.assert_allclose(got[0], theirs[3][0], atol=1e-5, rtol=0)
 
 
 def _negate_highway_gates(bilm):

@@ -186,16 +186,23 @@ class CharTable:
                 f"bos_token and eos_token must be two different strings, got {self.bos_token!r}, {self.eos_token!r}."
             )
 
+    def cut(self, token: str) -> str:
+        """The token as the model's reader saw it: its first ``max_length - 2`` characters (the
+        boundary tokens whole)."""
+        if token == self.bos_token or token == self.eos_token:
+            return token
+        return token[: self.max_length - 2]
+
     def encode(self, tokens: Sequence[str]) -> np.ndarray:
         """N tokens -> int32 (N, max_length)."""
         ids = np.full((len(tokens), self.max_length), self.pad_id, dtype=np.int32)
         ids[:, 0] = self.begin_of_word
-        lookup, unknown, room = self.ids.get, self.unknown, self.max_length - 2
+        lookup, unknown = self.ids.get, self.unknown
         for row, token in enumerate(tokens):
             if token == self.bos_token or token == self.eos_token:
                 chars = [self.bos if token == self.bos_token else self.eos]
             else:
-                chars = [lookup(char, unknown) for char in token[:room]]
+                chars = [lookup(char, unknown) for char in self.cut(token)]
             ids[row, 1 : len(chars) + 1] = chars
             ids[row, len(chars) + 1] = self.end_of_word
         return ids
@@ -280,8 +287,16 @@ class TokenIndexer:
         return isinstance(self.chars, CharTable) or self.words is not None
 
     def encode(self, tokens: Sequence[str]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """N tokens -> (char ids int32 (N, C), word ids int64 (N,) or None)."""
-        words = self.words.encode(tokens) if self.words is not None else None
+        """N tokens -> (char ids int32 (N, C), word ids int64 (N,) or None).
+
+        Words are looked up as the char table cuts them: ELMoForManyLangs' reader cuts a token to
+        ``max_length - 2`` characters before both lookups, so a long word in its ``word.dic`` was
+        never seen whole in training, and a cut prefix that is in it was.
+        """
+        words = None
+        if self.words is not None:
+            cut = self.chars.cut if isinstance(self.chars, CharTable) else None
+            words = self.words.encode([cut(token) for token in tokens] if cut else tokens)
         return self.chars.encode(tokens), words
 
     def to_dict(self) -> Dict[str, Any]:
