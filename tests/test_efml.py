@@ -43,7 +43,9 @@ NETWORK = {
 # Their reader cuts a token to MAX_CHARS - 2 characters before the word lookup: "internationalization"
 # is in word.dic whole but read as "internat" (unknown), "supercalifragilistic" as "supercal" (known).
 LONG_WORD, CUT_PREFIX = "internationalization", "supercal"
-TRAINING_TEXT = f"Café naïve über straße 東京 は 大きい 。 emoji 😀 👍🏽 ok a long word the cat sat {LONG_WORD} {CUT_PREFIX}"
+TRAINING_TEXT = " ".join(
+    ["Café naïve über straße 東京 は 大きい 。 emoji 😀 👍🏽 ok a long word the cat sat", LONG_WORD, CUT_PREFIX]
+)
 SENTENCES = [
     ["Café", "naïve", "über", "straße", "the", "cat"],
     ["東京", "は", "大きい", "。"],
