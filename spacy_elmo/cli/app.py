@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 from wasabi import msg
 
-from ..hub.catalogue import CATALOGUE, UnknownModelError
+from ..hub.catalogue import CATALOGUE, UnknownModelError, models_for_language
 from ..hub.download import DownloadError
 from ..network.config import ConfigError
 from ..weights.native import WeightsError, load_bilm, save_bilm
@@ -60,15 +60,22 @@ def convert_efml(
 
 @app.command()
 def models(
-    language: str = typer.Option(None, "--language", "-l", help="Only this language (ISO code, e.g. de)."),
+    language: str = typer.Option(None, "--language", "-l", help="Only this language (ISO code, e.g. de; no: nb + nn)."),
+    files: bool = typer.Option(
+        False, "--files", help="Also each model's files: URL, size and sha256 with their source."
+    ),
 ) -> None:
-    """List the published models that `download`, `package` and the elmo component know by name."""
-    rows = [
-        (m.name, m.language, m.format, m.parameters or "?", m.trained_on[:60])
-        for m in CATALOGUE.values()
-        if language in (None, m.language)
-    ]
-    msg.table(rows, header=("name", "language", "format", "parameters", "trained on"), divider=True)
+    """List the published models that `download`, `package` and the elmo component know by name.
+
+    input: what a model reads of a token, the text (ORTH) or lemmas (LEMMA, from a lemmatizer)."""
+    chosen = models_for_language(language) if language else list(CATALOGUE.values())
+    rows = [(m.name, m.language, m.format, m.input_attr, m.parameters or "?", m.trained_on[:60]) for m in chosen]
+    msg.table(rows, header=("name", "language", "format", "input", "parameters", "trained on"), divider=True)
+    if files:
+        for model in chosen:
+            for remote in model.files:
+                pinned = f"{remote.size:,} bytes, sha256 {remote.sha256} ({remote.pinned_by})" if remote.sha256 else ""
+                msg.text(f"{model.name}: {remote.url} {pinned or '(not pinned: the first download is recorded)'}")
 
 
 @app.command()

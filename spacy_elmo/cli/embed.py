@@ -21,7 +21,11 @@ WEIGHTS = typer.Option(
     help="Instead of --pipeline: biLM weights (a native biLM directory, a catalogue name, see `models`, or "
     "a URL), read by blank(--lang) + sentencizer + elmo.",
 )
-LANG = typer.Option(None, "--lang", help="With --weights: the spaCy language that tokenizes (default: en).")
+LANG = typer.Option(
+    None,
+    "--lang",
+    help="With --weights: the spaCy language that tokenizes (default: a catalogue model's language, else en).",
+)
 LAYERS = typer.Option(
     "all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."
 )

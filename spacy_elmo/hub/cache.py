@@ -14,17 +14,18 @@ licence and the citation.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Union
 
 from ..files import atomic_directory, atomic_write_json
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
 from ..weights.original import import_original
-from .catalogue import BILM_TF, PublishedModel, get_model
+from .catalogue import PublishedModel, get_model
 from .download import DownloadError, RemoteFile, cache_dir, fetch, recorded_sha256
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
     if _is_native(target):
         return target
     paths = [fetch(remote, cache, progress) for remote in model.files]
-    if model.format == BILM_TF:
+    if not model.is_archive:
         return _convert_into(
             target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model)
         )
@@ -151,11 +152,35 @@ def _convert_into(
     return target
 
 
+def recorded_source(directory: Path) -> Dict[str, Any]:
+    """What ``source.json`` in a converted model's ``directory`` records (its catalogue entry's
+    name, language, input, licence, files...); empty where there is none (a model of one's own)."""
+    path = directory / SOURCE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict):
+        raise WeightsError(f"{path} is not a readable JSON object; delete it or convert the model again.")
+    return record
+
+
+def recorded_input_attr(directory: Path) -> Optional[str]:
+    """What the model in ``directory`` reads of a token ("LEMMA", ...) as its catalogue entry
+    recorded it; None where nothing is recorded."""
+    value = recorded_source(directory).get("input_attr")
+    return value if isinstance(value, str) else None
+
+
 def _provenance(model: PublishedModel) -> Dict:
     return {
         "name": model.name,
         "language": model.language,
         "format": model.format,
+        "input_attr": model.input_attr,
+        "spacy_language": model.spacy_language,
         "trained_on": model.trained_on,
         "licence": model.licence,
         "citation": model.citation,

@@ -42,12 +42,14 @@ class DownloadError(OSError):
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """A file to fetch: where from, the name to store it under, and what it must be (when known)."""
+    """A file to fetch: where from, the name to store it under, and what it must be (when known):
+    ``size`` and ``sha256``, and ``pinned_by``, the source those values come from."""
 
     url: str
     filename: str
     size: Optional[int] = None
     sha256: Optional[str] = None
+    pinned_by: Optional[str] = None
 
 
 def cache_dir() -> Path:
@@ -124,18 +126,37 @@ def _verify(remote: RemoteFile, path: Path, delete_on_failure: bool) -> str:
     size = path.stat().st_size
     problem = None
     if remote.size is not None and size != remote.size:
-        problem = f"is {size:,} bytes, expected {remote.size:,} (a truncated or different file)"
+        problem = f"is {size:,} bytes, expected {remote.size:,}{_pinned(remote)} (a truncated or different file)"
     digest = sha256_of(path) if problem is None else ""
     if problem is None and remote.sha256 is not None and digest != remote.sha256.lower():
-        problem = f"has sha256 {digest}, expected {remote.sha256} (corrupt, or changed upstream)"
+        problem = f"has sha256 {digest}, expected {remote.sha256}{_pinned(remote)} (corrupt, or changed upstream)"
     if problem is None:
         return digest
     if delete_on_failure:
         path.unlink(missing_ok=True)
         raise DownloadError(
             f"{remote.filename} from {remote.url} {problem}. It was deleted; run the command again to retry."
+            + _changed_on_purpose(remote)
         )
-    raise DownloadError(f"{path} {problem}. Replace it with the right file or delete it to download again.")
+    raise DownloadError(
+        f"{path} {problem}. Replace it with the right file or delete it to download again."
+        + _changed_on_purpose(remote)
+    )
+
+
+def _pinned(remote: RemoteFile) -> str:
+    return f" (pinned by {remote.pinned_by})" if remote.pinned_by else ""
+
+
+def _changed_on_purpose(remote: RemoteFile) -> str:
+    if not remote.pinned_by:
+        return ""
+    return (
+        " If the publisher changed the file on purpose, fetch the model by its URLs rather than its catalogue "
+        "name, which checks no pinned value (`python -m spacy_elmo models --files` lists them): `python -m "
+        f"spacy_elmo download NAME OUT --options OPTIONS_URL --weights {remote.url}` for two files, or the "
+        "archive's URL in place of NAME; and tell spacy-elmo's maintainers, so that the catalogue pins the new file."
+    )
 
 
 def recorded_sha256(path: Path) -> str:

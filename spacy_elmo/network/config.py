@@ -215,7 +215,7 @@ def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig
             n_highway=int(cnn.get("n_highway") or 0),
             char_embedding_dim=int(cnn["embedding"]["dim"]),
             activation=cnn.get("activation", "relu"),
-            n_characters=int(cnn.get("n_characters", N_CHARACTERS)),
+            n_characters=_inference_characters(int(cnn.get("n_characters", N_CHARACTERS))),
             max_characters_per_token=int(cnn.get("max_characters_per_token", MAX_WORD_LENGTH)),
         )
     except (KeyError, TypeError, ValueError) as err:
@@ -232,6 +232,13 @@ def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig
             f"{MAX_WORD_LENGTH} character encoding is supported."
         )
     return config
+
+
+def _inference_characters(n_characters: int) -> int:
+    """bilm-tf trains with 261 characters and runs with 262 (a zero padding row before the trained
+    ones; its README says to edit options.json after training). Options left at 261 describe the
+    same weights, so they are read as 262."""
+    return N_CHARACTERS if n_characters == N_CHARACTERS - 1 else n_characters
 
 
 def config_from_efml(

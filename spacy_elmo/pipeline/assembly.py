@@ -3,7 +3,8 @@
     python -m spacy_elmo package original packages/      # -> packages/en_elmo_original-0.0.1/dist/*.whl
 
 A pipeline is the language's blank pipeline (its own tokenizer), a ``sentencizer`` (the biLM reads
-sentences) and the ``elmo`` component with the weights inside. Published models carry their
+sentences), for models trained on lemmas spaCy's lemmatizer, and the ``elmo`` component with the
+weights inside. Published models carry their
 licence, source and citation into ``meta.json``.
 """
 
@@ -19,9 +20,10 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from ..hub.cache import resolve_weights
+from ..hub.cache import recorded_input_attr, resolve_weights
 from ..hub.catalogue import PublishedModel, get_model
 from .centering import text_lines
+from .token_input import LEMMA, lookup_lemmatizer_config
 
 if TYPE_CHECKING:
     from .centering_fit import FitsCentering
@@ -38,14 +40,18 @@ def assemble_pipeline(
     elmo_config: Optional[Dict[str, Any]] = None,
     centering_docs: Optional[Callable[[Language], Iterable[Doc]]] = None,
 ) -> Language:
-    """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL);
+    """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL), with
+    spaCy's lookup lemmatizer before elmo where the biLM reads lemmas (``token_input``).
     ``elmo_config``: more settings of the elmo component; ``centering_docs``: the text the elmo
     component estimates the common direction of its vectors from, as docs of the pipeline's vocab
     (see ``text_docs``), made when it is initialized; given, it turns ``center_vectors`` on."""
     nlp = spacy.blank(lang)
     nlp.add_pipe("sentencizer")
+    elmo_config = elmo_config or {}
+    if (elmo_config.get("input_attr") or recorded_input_attr(resolve_weights(weights))) == LEMMA:
+        nlp.add_pipe("lemmatizer", config=lookup_lemmatizer_config(lang))
     centring = {"center_vectors": True} if centering_docs else {}
-    nlp.add_pipe("elmo", config={"weights": str(weights), **centring, **(elmo_config or {})})
+    nlp.add_pipe("elmo", config={"weights": str(weights), **centring, **elmo_config})
     nlp.initialize((lambda: (Example(doc, doc) for doc in centering_docs(nlp))) if centering_docs else None)
     nlp.meta.update(name=name, version=version)
     nlp.meta.update(meta or {})

@@ -28,7 +28,7 @@ from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 
-from ..hub.cache import resolve_weights
+from ..hub.cache import recorded_input_attr, resolve_weights
 from ..weights.native import load_bilm
 from .bilm_layer import get_bilm, set_bilm
 from .centering import (
@@ -43,6 +43,7 @@ from .sentence_cache import SentenceCache
 from .sentence_runs import doc_layers
 from .settings import DEFAULTS, checked_settings
 from .storage import Storage
+from .token_input import LEMMA, ORTH, check_docs_have, check_input_attr, require_lemmatizer, token_string
 
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
@@ -79,6 +80,7 @@ def make_elmo(
     store_dtype: str,
     center_vectors: bool,
     remove_directions: int,
+    input_attr: Optional[str],
 ) -> "Elmo":
     """The ``elmo`` factory: its arguments are the settings of ``settings.DEFAULTS`` (spaCy reads them
     from this signature to check a config)."""
@@ -109,6 +111,12 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
     def bilm(self) -> "BiLM":
         """The torch BiLM this component runs."""
         return get_bilm(self.model)
+
+    @property
+    def input_attr(self) -> str:
+        """What the biLM reads of each token (``token_input``): the ``input_attr`` setting, else what
+        the weights were trained on (recorded by the catalogue), else ORTH (the text)."""
+        return self.cfg["input_attr"] or self.cfg.get("weights_input_attr") or ORTH
 
     def layer_dims(self) -> Optional[Tuple[int, int]]:
         """(L+1, 2P) of the layers this component gives; None before its weights are loaded (until
@@ -153,8 +161,10 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
                 "PATH being a directory written by `python -m spacy_elmo convert` or by pretraining, "
                 "or a published model's name such as 'original' (python -m spacy_elmo models)."
             )
-        set_bilm(self.model, load_bilm(resolve_weights(path)))
+        directory = resolve_weights(path)
+        set_bilm(self.model, load_bilm(directory))
         self.model.attrs["has_weights"] = True
+        self._take_input_attr(check_input_attr(recorded_input_attr(directory)), nlp)
         self.bilm.precision = self.cfg["precision"]  # decided here: a fast kernel, fp32 (warned) or refused
         self.cfg["weights"] = str(path)
         self.cfg["centering"] = None
@@ -167,6 +177,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
         docs = list(docs)
         self._require_weights()
+        check_docs_have(docs, self.input_attr, self.name)
         self.bilm.precision = self.cfg["precision"]  # the choice made at initialize (cached), or a new setting's
         config = self.bilm.config
         return doc_layers(
@@ -176,6 +187,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
             shape=(config.n_output_layers, config.output_dim),
             max_sentence_length=self.cfg["max_sentence_length"],
             max_batch_tokens=self.cfg["max_batch_tokens"],
+            token_string=token_string(self.input_attr),
         )
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
@@ -231,6 +243,20 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         if self.model.attrs.get("has_weights"):
             self.bilm.precision = self.cfg["precision"]  # decided on load, as at initialize
         return self
+
+    def _take_input_attr(self, trained_on: Optional[str], nlp: Optional[Language]) -> None:
+        """Keep what the weights read (saved in cfg); warn where the setting overrides it, and
+        require a lemmatizer in ``nlp`` where the biLM reads lemmas."""
+        self.cfg["weights_input_attr"] = trained_on
+        chosen = self.cfg["input_attr"]
+        if trained_on is not None and chosen is not None and chosen != trained_on:
+            warnings.warn(
+                f"'{self.name}' (elmo): its weights were trained on {trained_on} but input_attr is {chosen}: the "
+                f"biLM reads input unlike its training text. Leave input_attr unset to read {trained_on}.",
+                stacklevel=3,
+            )
+        if self.input_attr == LEMMA and nlp is not None:
+            require_lemmatizer(nlp, self.name)
 
     def _require_weights(self) -> None:
         if not self.model.attrs.get("has_weights"):

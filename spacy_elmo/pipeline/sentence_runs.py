@@ -4,10 +4,10 @@ by length into batches under a token budget; the layers placed back at their tok
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
-from spacy.tokens import Doc
+from spacy.tokens import Doc, Token
 from thinc.api import Model, NumpyOps
 
 from ..network.sentences import batches_by_length
@@ -25,15 +25,17 @@ def doc_layers(
     shape: Tuple[int, int],
     max_sentence_length: int,
     max_batch_tokens: int,
+    token_string: Callable[[Token], str] = lambda token: token.text,
 ) -> List[np.ndarray]:
     """The layers of every token of ``docs`` from the biLM in ``model`` (spacy-elmo.BiLM.v1),
-    ``shape`` = (L+1, 2P): one float32 array (L+1, len(doc), 2P) per doc, zeros at whitespace tokens."""
+    ``shape`` = (L+1, 2P): one float32 array (L+1, len(doc), 2P) per doc, zeros at whitespace tokens.
+    The biLM reads ``token_string(token)`` of each token (its text, or its lemma: ``token_input``)."""
     n_layers, width = shape
     outputs = [np.zeros((n_layers, len(doc), width), dtype=np.float32) for doc in docs]
     segments = [
         segment for position, doc in enumerate(docs) for segment in doc_segments(position, doc, max_sentence_length)
     ]
-    words = [tuple(docs[position][int(i)].text for i in indices) for position, indices in segments]
+    words = [tuple(token_string(docs[position][int(i)]) for i in indices) for position, indices in segments]
     missing = []
     for index, sentence in enumerate(words):
         cached = cache.get(sentence)

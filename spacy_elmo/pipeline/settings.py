@@ -10,9 +10,11 @@ from ..kernels.precision import check_precision
 from .centering import check_centering_settings
 from .mix_settings import check_mix_settings
 from .storage import Storage
+from .token_input import check_input_attr
 
 DEFAULTS: Dict[str, Any] = {
     "weights": None,
+    "input_attr": None,
     "layer_weights": None,
     "gamma": 1.0,
     "layer_norm": True,
@@ -46,5 +48,6 @@ def checked_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     check_precision(values["precision"])
     Storage(values["store"], values["store_dtype"])
     check_centering_settings(values["center_vectors"], values["remove_directions"])
+    check_input_attr(values["input_attr"])
     values["weights"] = str(values["weights"]) if values["weights"] else None
     return values
