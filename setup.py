@@ -38,7 +38,10 @@ setup(
         "h5": ["h5py>=3.8"],
         "cuda12x": ["cupy-cuda12x>=12"],
         "train": ["matplotlib>=3.5", "gensim>=4.3"],
+        # spaCy's lemma tables, for pipelines around models trained on lemmas (saved inside them)
+        "lemmas": ["spacy-lookups-data>=1.0.3"],
         "dev": [
+            "spacy-lookups-data>=1.0.3",
             "pytest>=7",
             "h5py>=3.8",
             "hypothesis>=6",

@@ -137,6 +137,22 @@ def test_wrong_checksum_is_refused_and_nothing_is_kept(server, cache, registered
     assert not list((cache / "downloads").rglob("weights.hdf5*"))
 
 
+def test_a_pinned_file_that_changed_names_both_values_their_source_and_the_way_on(server, cache, tmp_path):
+    from dataclasses import replace
+
+    body_sha = hashlib.sha256(server.files["/elmo/weights.hdf5"]).hexdigest()
+    pinned = RemoteFile(server.url("/elmo/weights.hdf5"), "weights.hdf5", sha256="ab" * 32, pinned_by="a test's pin")
+    with pytest.raises(DownloadError) as error:
+        fetch(pinned, progress=False)
+    message = str(error.value)
+    assert f"has sha256 {body_sha}, expected {'ab' * 32} (pinned by a test's pin)" in message
+    assert "If the publisher changed the file on purpose" in message and "--weights " + pinned.url in message
+    assert not cached_path(pinned).exists()
+    sized = replace(pinned, size=7, sha256=body_sha)
+    with pytest.raises(DownloadError, match=r"expected 7 \(pinned by a test's pin\).*changed the file on purpose"):
+        fetch(sized, progress=False)
+
+
 def test_right_checksum_is_accepted(server, cache, registered, tmp_path, original_files):
     body = original_files["/elmo/weights.hdf5"]
     registered(name="good-sum", size=len(body), sha256=hashlib.sha256(body).hexdigest())

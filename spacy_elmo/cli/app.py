@@ -127,7 +127,7 @@ def package(
 
     try:
         folder = package_published(name, output, version=version, lang=lang, centering_text=centering_text)
-    except (*_MODEL_ERRORS, ImportError) as err:
+    except (*_MODEL_ERRORS, ImportError, ValueError) as err:
         msg.fail("Packaging failed", str(err), exits=1)
     wheels = sorted(folder.glob("dist/*.whl"))
     msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")

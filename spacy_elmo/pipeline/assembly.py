@@ -72,19 +72,28 @@ def published_pipeline(
     progress: bool = True,
     centering_text: Optional[PathLike] = None,
 ) -> Language:
-    """A pipeline around a catalogue model, its licence and citation in the meta; with
+    """A pipeline around a catalogue model, its licence and citation in the meta, with spaCy's
+    lemmatizer for a model trained on lemmas (refused before any download where spaCy has no
+    lemma data for the language); with
     ``centering_text`` (a .txt file or folder) its vector hooks centre the vectors (``center_vectors``)
     on the mean estimated from that text."""
+    language = lang or model.spacy_language
+    if model.input_attr == LEMMA:
+        lookup_lemmatizer_config(language)  # before the download: can spaCy lemmatize this language?
     weights = resolve_weights(model.name, progress=progress)
     meta = {
         "description": f"ELMo contextual vectors from the published '{model.name}' biLM ({model.trained_on}). "
-        f"Cite: {model.citation}",
+        + (
+            "It reads lemmas, set by spaCy's lookup lemmatizer (its table inside). "
+            if model.input_attr == LEMMA
+            else ""
+        )
+        + f"Cite: {model.citation}",
         "license": model.licence,
         "sources": [{"name": f"ELMo '{model.name}'", "url": model.source, "license": model.licence}],
         "url": model.source,
     }
     docs = text_docs(centering_text) if centering_text else None
-    language = lang or model.spacy_language
     return assemble_pipeline(weights, language, package_name(model.name), version, meta, None, docs)
 
 
