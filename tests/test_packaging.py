@@ -114,3 +114,42 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
     assert centred_on >= 1000, "the package's vectors are centred on the text given"
     expected = embed_sentences(fixture_bilm, [["The", "bank", "raised", "rates", "."]])[0]
     np.testing.assert_allclose(np.array(layers), expected, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
+    fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_python
+):
+    """`package NAME` for a model trained on lemmas: spaCy's lookup lemmatizer goes in with its
+    table, so the fresh venv (no spacy-lookups-data) lemmatizes and the biLM reads the lemmas."""
+    import json
+
+    import numpy as np
+    from file_server import FileServer
+    from test_served_models import SURFACE, entry, nlpl_zip
+    from typer.testing import CliRunner
+
+    from spacy_elmo import embed_sentences
+    from spacy_elmo.cli.app import app
+    from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE
+
+    pytest.importorskip("spacy_lookups_data")
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    with FileServer({"/repository/20/999.zip": nlpl_zip(fixture_dir)}) as server:
+        model = entry(server, "nlpl-lemmas", "/repository/20/999.zip", BILM_TF, input_attr="LEMMA")
+        monkeypatch.setitem(CATALOGUE, model.name, model)
+        result = CliRunner().invoke(app, ["package", "nlpl-lemmas", str(tmp_path / "packages")])
+    assert result.exit_code == 0, result.output
+    (wheel,) = (tmp_path / "packages" / "en_elmo_nlpl_lemmas-0.0.1" / "dist").glob("*.whl")
+    run(fresh_python, "-m", "pip", "install", "-q", wheel)
+    check = (
+        "import importlib.util, json, spacy\n"
+        "nlp = spacy.load('en_elmo_nlpl_lemmas')\n"
+        f"doc = nlp(spacy.tokens.Doc(nlp.vocab, words={SURFACE!r}))\n"
+        "print(json.dumps([importlib.util.find_spec('spacy_lookups_data') is None, nlp.pipe_names, "
+        "[t.lemma_ for t in doc], doc._.elmo_data.tolist()]))\n"
+    )
+    no_data_package, pipes, lemmas, layers = json.loads(run(fresh_python, "-c", check, cwd=tmp_path))
+    assert no_data_package and pipes == ["sentencizer", "lemmatizer", "elmo"]
+    assert lemmas[1:4] == ["cat", "be", "sit"]
+    np.testing.assert_allclose(np.array(layers), embed_sentences(fixture_bilm, [lemmas])[0], atol=1e-5)
