@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import typer
-from tqdm import tqdm
 
 from spacy_elmo.files import atomic_write_text
+from spacy_elmo.progress import progress_bar
 
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
@@ -152,7 +152,9 @@ def prepare_corpus(
         stats: Dict[str, int] = {"invalid_lines": 0}
         writer = ShardWriter(output / split, shard_size)
         paragraphs = (p for document in documents(files, stats) for p in document)
-        progress = tqdm(sentences(nlp, paragraphs, max_sentence_length), desc=f"{split} sentences", unit=" sent")
+        progress = progress_bar(
+            sentences(nlp, paragraphs, max_sentence_length), desc=f"{split} sentences", unit=" sent"
+        )
         for tokens in progress:
             if tokens:
                 writer.add(tokens)

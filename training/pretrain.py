@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import typer
-from tqdm import tqdm
+
+from spacy_elmo.progress import progress_bar
 
 from .loop.batching import dev_batches
 from .loop.curve import plot_learning_curve
@@ -47,7 +48,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     if main:
         output.mkdir(parents=True, exist_ok=True)
         (output / "train-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    progress = tqdm(
+    progress = progress_bar(
         total=cfg.max_steps or None, initial=state["step"], disable=not main, unit="step", dynamic_ncols=True
     )
     clock, window = Clock(state["elapsed"], cfg.max_minutes, cfg.checkpoint_minutes), LossWindow()
@@ -60,11 +61,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         if step % cfg.log_every == 0 or finished:
             record = window.record(state, full_softmax=cfg.softmax == "full")
             log.write(**record)
-            progress.set_postfix(
-                tok_s=f"{record['tokens_per_s']:,.0f}",
-                loss=f"{record['loss']:.3f}",
-                best_dev_ppl=f"{state['best_dev'] or math.nan:.1f}",
-            )
+            progress.set_postfix(_progress_figures(record, state))
             window = LossWindow()
         if main and (step % cfg.eval_every == 0 or finished):
             _evaluate_on_dev(session, log)
@@ -79,6 +76,14 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         strip_lm_head(session.bilm, output / "bilm")
     session.processes.close()
     return state
+
+
+def _progress_figures(record: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, str]:
+    """What the bar shows: speed and loss, and the best dev perplexity once there is one."""
+    figures = {"tok_s": f"{record['tokens_per_s']:,.0f}", "loss": f"{record['loss']:.3f}"}
+    if state["best_dev"] is not None:
+        figures["best_dev_ppl"] = f"{state['best_dev']:.1f}"
+    return figures
 
 
 def _count(state: Dict[str, Any], window: LossWindow, totals: StepTotals, clock: Clock) -> None:

@@ -37,6 +37,7 @@ from tqdm import tqdm
 from ..choices import choose
 from ..files import atomic_write, atomic_write_json
 from ..hub.download import sha256_of
+from ..progress import progress_bar
 from .hdf5_output import LAYER_SELECTIONS, read_lines, write_embeddings, write_sentence_index
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _embed_missing_shards(
         k for k in range(_shard_count(len(lines), settings.shard_lines)) if not _shard_path(shards_dir, k).is_file()
     ]
     done_lines = len(lines) - sum(len(_shard_lines(lines, k, settings.shard_lines)) for k in todo)
-    with tqdm(total=len(lines), initial=done_lines, unit="line", desc="Embedding", disable=not progress) as bar:
+    with progress_bar(total=len(lines), initial=done_lines, unit="line", desc="Embedding", disable=not progress) as bar:
         if processes == 1:
             _run_here(lines, todo, shards_dir, settings, bar)
         else:

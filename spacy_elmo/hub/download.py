@@ -25,6 +25,7 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from ..files import atomic_write_json
+from ..progress import progress_bar
 
 if TYPE_CHECKING:
     import requests
@@ -225,12 +226,10 @@ def _expected_total(response: requests.Response, offset: int) -> Optional[int]:
 def _stream_to(
     part: Path, chunks: Iterable[bytes], append: bool, total: Optional[int], remote: RemoteFile, progress: bool
 ) -> None:
-    from tqdm import tqdm
-
     initial = part.stat().st_size if append and part.is_file() else 0
     with (
         open(part, "ab" if append else "wb") as stream,
-        tqdm(
+        progress_bar(
             total=total,
             initial=initial,
             unit="B",
