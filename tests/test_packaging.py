@@ -17,6 +17,15 @@ def run(*command, **kwargs):
     return result.stdout
 
 
+def install_and_run(python, package_folder, check, cwd):
+    """Install the one wheel of ``package_folder`` into ``python``'s venv; the JSON ``check`` prints."""
+    import json
+
+    (wheel,) = (package_folder / "dist").glob("*.whl")
+    run(python, "-m", "pip", "install", "-q", wheel)
+    return json.loads(run(python, "-c", check, cwd=cwd))
+
+
 @pytest.fixture(scope="module")
 def fresh_python(tmp_path_factory):
     """A new virtual environment with torch and spacy-elmo (from this checkout) installed."""
@@ -96,8 +105,6 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
         arguments = ["package", "fixture-elmo", str(tmp_path / "packages"), "--centering-text", str(text)]
         result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.output
-    (wheel,) = (tmp_path / "packages" / "en_elmo_fixture_elmo-0.0.1" / "dist").glob("*.whl")
-    run(fresh_python, "-m", "pip", "install", "-q", wheel)
     check = (
         "import json, spacy\n"
         "nlp = spacy.load('en_elmo_fixture_elmo')\n"
@@ -105,11 +112,10 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
         "print(json.dumps([nlp.pipe_names, nlp.meta['license'], len(list(doc.sents)), doc._.elmo_data[:, "
         ":5].tolist(), nlp.get_pipe('elmo').centering.tokens]))\n"
     )
-    import json
-
     import numpy as np
 
-    pipes, licence, n_sentences, layers, centred_on = json.loads(run(fresh_python, "-c", check, cwd=tmp_path))
+    package = tmp_path / "packages" / "en_elmo_fixture_elmo-0.0.1"
+    pipes, licence, n_sentences, layers, centred_on = install_and_run(fresh_python, package, check, tmp_path)
     assert pipes == ["sentencizer", "elmo"] and licence == "Apache-2.0" and n_sentences == 2
     assert centred_on >= 1000, "the package's vectors are centred on the text given"
     expected = embed_sentences(fixture_bilm, [["The", "bank", "raised", "rates", "."]])[0]
@@ -122,7 +128,6 @@ def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
 ):
     """`package NAME` for a model trained on lemmas: spaCy's lookup lemmatizer goes in with its
     table, so the fresh venv (no spacy-lookups-data) lemmatizes and the biLM reads the lemmas."""
-    import json
 
     import numpy as np
     from file_server import FileServer
@@ -140,8 +145,6 @@ def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
         monkeypatch.setitem(CATALOGUE, model.name, model)
         result = CliRunner().invoke(app, ["package", "nlpl-lemmas", str(tmp_path / "packages")])
     assert result.exit_code == 0, result.output
-    (wheel,) = (tmp_path / "packages" / "en_elmo_nlpl_lemmas-0.0.1" / "dist").glob("*.whl")
-    run(fresh_python, "-m", "pip", "install", "-q", wheel)
     check = (
         "import importlib.util, json, spacy\n"
         "nlp = spacy.load('en_elmo_nlpl_lemmas')\n"
@@ -149,7 +152,8 @@ def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
         "print(json.dumps([importlib.util.find_spec('spacy_lookups_data') is None, nlp.pipe_names, "
         "[t.lemma_ for t in doc], doc._.elmo_data.tolist()]))\n"
     )
-    no_data_package, pipes, lemmas, layers = json.loads(run(fresh_python, "-c", check, cwd=tmp_path))
+    package = tmp_path / "packages" / "en_elmo_nlpl_lemmas-0.0.1"
+    no_data_package, pipes, lemmas, layers = install_and_run(fresh_python, package, check, tmp_path)
     assert no_data_package and pipes == ["sentencizer", "lemmatizer", "elmo"]
     assert lemmas[1:4] == ["cat", "be", "sit"]
     np.testing.assert_allclose(np.array(layers), embed_sentences(fixture_bilm, [lemmas])[0], atol=1e-5)

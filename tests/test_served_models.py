@@ -187,7 +187,7 @@ def test_packaging_a_lemma_model_of_a_language_without_spacy_lemmas_says_so(serv
     result = CliRunner().invoke(app, ["package", "nlpl-latin", str(tmp_path / "packages")])
     assert result.exit_code == 1
     assert "spaCy has no lemmatizer data for the language 'la'" in " ".join(result.output.split())
-    assert not (tmp_path / "packages").exists()
+    assert served["server"].requests == [] and not (tmp_path / "packages").exists()  # said before any download
 
 
 def test_an_unknown_input_attr_is_refused_at_add_pipe():

@@ -297,20 +297,12 @@ def _pipeline(settings: EmbedSettings) -> Language:
     from ..weights.native import CONFIG_FILE
 
     if settings.weights is not None:
-        return assemble_pipeline(settings.weights, settings.lang or _weights_language(settings.weights))
+        return assemble_pipeline(settings.weights, settings.lang)
     assert settings.pipeline is not None  # _check: a pipeline where no weights are given
     path = Path(settings.pipeline)
     if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
         raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")
     return spacy.load(settings.pipeline)
-
-
-def _weights_language(weights: str) -> str:
-    """The spaCy language of a converted catalogue model (its record), else English."""
-    from ..hub.cache import recorded_source
-
-    language = recorded_source(Path(weights)).get("spacy_language") if Path(weights).is_dir() else None
-    return language if isinstance(language, str) else "en"
 
 
 def _merge(lines: List[str], shards_dir: Path, target: Path, shard_lines: int) -> None:

@@ -19,7 +19,7 @@ lemmatized text, ``LEMMA``: the elmo component then reads the lemmas a lemmatize
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .download import RemoteFile
 
@@ -242,7 +242,14 @@ def _efml(code: str, language: str, nlpl_id: int) -> PublishedModel:
 
 
 def _nlpl(
-    nlpl_id: int, language: str, trained_on: str, input_attr: str, citation: str, source: str, **extra: Any
+    nlpl_id: int,
+    language: str,
+    trained_on: str,
+    input_attr: str,
+    citation: str,
+    source: str,
+    licence: str = _UNSTATED_LICENCE,
+    vocabulary_size: Optional[int] = None,
 ) -> PublishedModel:
     """An ELMo model of the NLPL repository: a zip of the bilm-tf files (options.json, model.hdf5)."""
     return PublishedModel(
@@ -251,11 +258,11 @@ def _nlpl(
         format=BILM_TF,
         files=(RemoteFile(f"{_NLPL_20}/{nlpl_id}.zip", f"{nlpl_id}.zip"),),
         trained_on=trained_on,
-        licence=extra.pop("licence", _UNSTATED_LICENCE),
+        licence=licence,
         citation=f"{citation}; hosted by the NLPL Vector Repository ({NLPL_REPOSITORY})",
         source=source,
         input_attr=input_attr,
-        **extra,
+        vocabulary_size=vocabulary_size,
     )
 
 

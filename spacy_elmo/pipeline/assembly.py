@@ -20,7 +20,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from ..hub.cache import recorded_input_attr, resolve_weights
+from ..hub.cache import recorded_source, resolve_weights
 from ..hub.catalogue import PublishedModel, get_model
 from .centering import text_lines
 from .token_input import LEMMA, lookup_lemmatizer_config
@@ -33,7 +33,7 @@ PathLike = Union[str, Path]
 
 def assemble_pipeline(
     weights: PathLike,
-    lang: str = "en",
+    lang: Optional[str] = None,
     name: str = "elmo",
     version: str = "0.0.1",
     meta: Optional[Dict[str, Any]] = None,
@@ -41,15 +41,18 @@ def assemble_pipeline(
     centering_docs: Optional[Callable[[Language], Iterable[Doc]]] = None,
 ) -> Language:
     """blank(lang) + sentencizer + elmo, initialized with ``weights`` (a path, name or URL), with
-    spaCy's lookup lemmatizer before elmo where the biLM reads lemmas (``token_input``).
+    spaCy's lookup lemmatizer before elmo where the biLM reads lemmas (``token_input``). ``lang``
+    defaults to a catalogue model's language (its ``source.json``), else English.
     ``elmo_config``: more settings of the elmo component; ``centering_docs``: the text the elmo
     component estimates the common direction of its vectors from, as docs of the pipeline's vocab
     (see ``text_docs``), made when it is initialized; given, it turns ``center_vectors`` on."""
-    nlp = spacy.blank(lang)
+    record = recorded_source(resolve_weights(weights))
+    language = lang or record.get("spacy_language") or "en"
+    nlp = spacy.blank(language)
     nlp.add_pipe("sentencizer")
     elmo_config = elmo_config or {}
-    if (elmo_config.get("input_attr") or recorded_input_attr(resolve_weights(weights))) == LEMMA:
-        nlp.add_pipe("lemmatizer", config=lookup_lemmatizer_config(lang))
+    if (elmo_config.get("input_attr") or record.get("input_attr")) == LEMMA:
+        nlp.add_pipe("lemmatizer", config=lookup_lemmatizer_config(language))
     centring = {"center_vectors": True} if centering_docs else {}
     nlp.add_pipe("elmo", config={"weights": str(weights), **centring, **elmo_config})
     nlp.initialize((lambda: (Example(doc, doc) for doc in centering_docs(nlp))) if centering_docs else None)

@@ -25,7 +25,7 @@ def doc_layers(
     shape: Tuple[int, int],
     max_sentence_length: int,
     max_batch_tokens: int,
-    token_string: Callable[[Token], str] = lambda token: token.text,
+    token_string: Callable[[Token], str],
 ) -> List[np.ndarray]:
     """The layers of every token of ``docs`` from the biLM in ``model`` (spacy-elmo.BiLM.v1),
     ``shape`` = (L+1, 2P): one float32 array (L+1, len(doc), 2P) per doc, zeros at whitespace tokens.
