@@ -23,6 +23,16 @@ def test_preset_parameter_counts_match_published(preset, published):
     assert bilm.parameter_count(include_lm_head=True) == count + 1000 * (config.projection_dim + 1)
 
 
+def test_the_mini_preset_keeps_the_papers_structure():
+    """Char CNN with the original's seven filter widths, a highway, a projection below the LSTM
+    width, two LSTM layers with the residual connection."""
+    mini, original = BiLMConfig.preset("mini", vocab_size=1000), BiLMConfig.preset("original")
+    assert [width for width, _ in mini.filters] == [width for width, _ in original.filters] == list(range(1, 8))
+    assert mini.n_layers == 2 and mini.residual and mini.n_highway >= 1
+    assert mini.projection_dim < mini.lstm_dim < BiLMConfig.preset("small").lstm_dim
+    assert BiLM(mini).parameter_count() == expected_parameters(mini)
+
+
 def test_original_options_file(fixture_dir):
     config = config_from_options(fixture_dir / "options.json")
     assert (config.projection_dim, config.lstm_dim, config.n_layers) == (16, 64, 2)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import spacy
+import srsly
 
-from spacy_elmo import load_bilm
+from spacy_elmo import BiLMConfig, load_bilm
+from training.loop.train_config import TrainConfig
 from training.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +42,30 @@ def run_project(project: Path, command: str, *overrides: str) -> subprocess.Comp
         capture_output=True,
         text=True,
     )
+
+
+def test_the_workflow_trains_the_sweeps_best_candidate_on_the_clock():
+    """The default preset and settings are those of the lowest test perplexity in the sweep's
+    results (bench/bench_sweep.py), and the learning rate and evaluations follow the clock."""
+    variables = srsly.read_yaml(ROOT / "project.yml")["vars"]
+    settings = TrainConfig.load(ROOT / variables["config"], [f"max_minutes={variables['max_minutes']}"])
+    sweep = json.loads((ROOT / "bench" / "results" / "sweep-cpu.json").read_text())
+    best = min(sweep["candidates"], key=lambda candidate: candidate["test"])["settings"]
+    assert variables["preset"] == settings.preset and variables["max_minutes"] == sweep["minutes"]
+    assert BiLMConfig.preset(settings.preset) == BiLMConfig.preset(best["preset"], **best.get("model", {}))
+    for name in (
+        "softmax",
+        "n_samples",
+        "optimizer",
+        "lr",
+        "lr_schedule",
+        "warmup",
+        "final_lr",
+        "batch_tokens",
+        "dropout",
+    ):
+        assert getattr(settings, name) == best[name], name
+    assert settings.eval_every == 0 and settings.eval_minutes > 0
 
 
 @pytest.mark.slow

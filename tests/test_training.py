@@ -126,6 +126,46 @@ def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_pa
     assert scores["perplexity"] == pytest.approx(final["final_dev_ppl"], rel=1e-5)
 
 
+def test_warmup_cosine_over_steps_rises_then_falls_to_the_final_rate(corpus, tmp_path):
+    settings = dict(optimizer="adam", lr=0.01, lr_schedule="warmup-cosine", warmup=0.25, final_lr=0.1)
+    train(config(corpus, max_steps=12, **settings), tmp_path / "run")
+    rates = [line["lr"] for line in log_lines(tmp_path / "run") if "lr" in line]
+    assert len(rates) == 12
+    assert rates[:3] == pytest.approx([0.01 / 3, 0.02 / 3, 0.01]), "warm-up: a third of lr per step to step 3"
+    assert all(a > b for a, b in zip(rates[2:], rates[3:])), rates
+    assert rates[-1] == pytest.approx(0.001)
+
+
+def test_warmup_cosine_over_minutes_ends_at_the_final_rate_when_time_is_up(corpus, tmp_path):
+    """The budget is time: the step that finds the time up is taken at the final rate."""
+    settings = dict(optimizer="adam", lr=0.01, lr_schedule="warmup-cosine", warmup=0.3, final_lr=0.2)
+    state = train(config(corpus, max_minutes=0.03, **settings), tmp_path / "run")
+    rates = [line["lr"] for line in log_lines(tmp_path / "run") if "lr" in line]
+    assert state["elapsed"] >= 0.03 * 60 and len(rates) == state["step"] > 3
+    assert rates[0] < max(rates) and rates[-1] < max(rates)
+    assert rates[-1] == pytest.approx(0.002)
+
+
+def test_patience_stops_a_run_whose_dev_perplexity_no_longer_improves(corpus, tmp_path):
+    """lr 0: the first evaluation is the best; after 2 more without a gain the next step stops."""
+    state = train(config(corpus, max_steps=50, eval_every=1, eval_tokens=60, lr=0.0, patience=2), tmp_path / "run")
+    assert state["step"] == 4 and state["evaluations_since_best"] >= 2
+    stops = [line["stopped"] for line in log_lines(tmp_path / "run") if "stopped" in line]
+    assert stops == ["no new best dev perplexity in 2 evaluations"]
+    learning = train(
+        config(corpus, max_steps=6, eval_every=1, eval_tokens=60, optimizer="adam", lr=0.01, patience=2),
+        tmp_path / "on",
+    )
+    assert learning["step"] == 6, "a run that keeps improving runs to its budget"
+
+
+@pytest.mark.parametrize("eval_minutes, evaluations", [(1e-6, 4), (10.0, 1)])
+def test_evaluation_by_minutes_paces_the_dev_evaluations(corpus, tmp_path, eval_minutes, evaluations):
+    """eval_every=0: evaluate by the clock only (here every step, or only at the end)."""
+    train(config(corpus, max_steps=4, eval_every=0, eval_minutes=eval_minutes, eval_tokens=60), tmp_path / "run")
+    assert len([line for line in log_lines(tmp_path / "run") if "dev_ppl" in line]) == evaluations
+
+
 def test_sampled_softmax_training_lowers_full_softmax_perplexity(corpus, tmp_path):
     settings = dict(softmax="sampled", n_samples=16, optimizer="adam", lr=0.01, eval_every=60, batch_tokens=400)
     train(config(corpus, max_steps=60, **settings), tmp_path / "run")
@@ -222,8 +262,9 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
 
 @pytest.mark.slow
 def test_two_process_ddp_equals_one_process(corpus, tmp_path):
-    """2 gloo processes with one data stream each = 1 process running both streams."""
-    settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2)
+    """2 gloo processes with one data stream each = 1 process running both streams, with the same
+    learning rate at every step of the schedule."""
+    settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2, lr_schedule="warmup-cosine", warmup=0.5)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(
         pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True

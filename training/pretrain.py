@@ -35,7 +35,7 @@ from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
 from .loop.run_log import JsonlLog, LossWindow
 from .loop.session import Session, open_session
-from .loop.step import Clock, StepTotals, take_step
+from .loop.step import Clock, StepTotals, out_of_patience, take_step
 from .loop.train_config import TrainConfig
 
 
@@ -51,7 +51,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     progress = progress_bar(
         total=cfg.max_steps or None, initial=state["step"], disable=not main, unit="step", dynamic_ncols=True
     )
-    clock, window = Clock(state["elapsed"], cfg.max_minutes, cfg.checkpoint_minutes), LossWindow()
+    clock, window = Clock(state["elapsed"], cfg), LossWindow()
     while True:
         totals = take_step(session, clock)
         _count(state, window, totals, clock)
@@ -59,23 +59,31 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         step = state["step"]
         finished = totals.stop or (cfg.max_steps and step >= cfg.max_steps)
         if step % cfg.log_every == 0 or finished:
-            record = window.record(state, full_softmax=cfg.softmax == "full")
+            record = {**window.record(state, full_softmax=cfg.softmax == "full"), "lr": totals.lr}
             log.write(**record)
             progress.set_postfix(_progress_figures(record, state))
             window = LossWindow()
-        if main and (step % cfg.eval_every == 0 or finished):
-            _evaluate_on_dev(session, log)
+        if _evaluation_due(cfg, step, totals) or finished:
+            if main:
+                _evaluate_on_dev(session, log)
+            clock.evaluated()
         if step % cfg.checkpoint_every == 0 or totals.save_now or finished:
             session.save_checkpoint()
             clock.checkpointed()
         if finished:
             break
     progress.close()
+    if out_of_patience(session):
+        log.write(step=state["step"], stopped=f"no new best dev perplexity in {cfg.patience} evaluations")
     if main:
         _evaluate_on_full_dev(session, log)
         strip_lm_head(session.bilm, output / "bilm")
     session.processes.close()
     return state
+
+
+def _evaluation_due(cfg: TrainConfig, step: int, totals: StepTotals) -> bool:
+    return bool(cfg.eval_every and step % cfg.eval_every == 0) or totals.evaluate_now
 
 
 def _progress_figures(record: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, str]:
@@ -98,6 +106,8 @@ def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
     time) into the log, the best so far into the state; the curve redrawn."""
     state, output = session.state, session.output
     scores = perplexity(session.loss_module, session.dev, session.processes.device)
+    improved = scores["average"] < (state["best_dev"] or math.inf)
+    state["evaluations_since_best"] = 0 if improved else state.get("evaluations_since_best", 0) + 1
     state["best_dev"] = min(scores["average"], state["best_dev"] or math.inf)
     log.write(**_dev_record(state, scores, f"subset: the first {session.cfg.eval_tokens:,} tokens of dev", "dev"))
     plot_learning_curve(output / "log.jsonl", output / "curve.png")

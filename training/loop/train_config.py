@@ -12,6 +12,10 @@ from typing import Any, Dict, List, Optional, Union
 
 import typer
 
+from spacy_elmo.choices import choose
+
+from .schedule import BUDGETED, SCHEDULES
+
 # How a setting's type is named in errors: the JSON values it takes.
 JSON_NAMES = {
     float: "a number",
@@ -33,15 +37,21 @@ class TrainConfig:
     softmax: str = "full"  # training.loop.objective.SOFTMAXES: "full" or "sampled"
     n_samples: int = 8192  # sampled softmax candidates per batch
     optimizer: str = "adagrad"  # training.loop.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
-    lr: float = 0.2
+    lr: float = 0.2  # the peak learning rate of lr_schedule
+    lr_schedule: str = "constant"  # training.loop.schedule.SCHEDULES: "constant" or "warmup-cosine" (over the budget)
+    warmup: float = 0.05  # warmup-cosine: fraction of the budget (max_minutes or max_steps) spent warming up
+    final_lr: float = 0.1  # warmup-cosine: the learning rate at the end of the budget, as a fraction of lr
     clip_norm: float = 10.0  # gradient norm clipping; 0 disables
     dropout: float = 0.1
     batch_tokens: int = 4096  # global batch, <S>/</S> included
     data_streams: int = 0  # 0: one per process
     max_steps: int = 0  # 0: no limit
     max_minutes: float = 0.0  # 0: no limit
-    eval_every: int = 200  # steps
+    eval_every: int = 200  # steps; 0: by eval_minutes only
+    eval_minutes: float = 0.0  # also evaluate at least this often (a pace that holds on any machine); 0: by steps only
     eval_tokens: int = 50000  # dev tokens per evaluation
+    patience: int = 0  # stop after this many dev evaluations without a new best (0: never): a small corpus read again
+    # and again past its best only overfits
     log_every: int = 10  # steps
     checkpoint_every: int = 500  # steps
     checkpoint_minutes: float = 10.0  # also checkpoint at least this often
@@ -59,6 +69,7 @@ class TrainConfig:
                 raise ValueError(
                     f"Training setting {setting.name} must be {_type_name(hints[setting.name])}, got {value!r}."
                 )
+        _check_schedule(self)
 
     @classmethod
     def load(cls, path: Optional[Path], overrides: List[str]) -> "TrainConfig":
@@ -78,6 +89,28 @@ class TrainConfig:
             return cls(**values)
         except ValueError as err:
             raise typer.BadParameter(str(err)) from None
+
+
+def _check_schedule(cfg: "TrainConfig") -> None:
+    """A known schedule; one over the budget needs a budget, and its fractions must be fractions."""
+    choose(SCHEDULES, "lr_schedule", cfg.lr_schedule)
+    if cfg.lr_schedule in BUDGETED and not (cfg.max_minutes or cfg.max_steps):
+        raise ValueError(
+            f"lr_schedule {cfg.lr_schedule!r} warms up and decays over the run's budget, but this run has none "
+            "(max_minutes=0, max_steps=0); set max_minutes or max_steps, or use lr_schedule 'constant'."
+        )
+    if not 0.0 <= cfg.warmup < 1.0 or not 0.0 <= cfg.final_lr <= 1.0:
+        raise ValueError(
+            f"warmup must be in [0, 1) and final_lr in [0, 1] (fractions of the budget and of lr), got "
+            f"warmup={cfg.warmup!r}, final_lr={cfg.final_lr!r}."
+        )
+    if cfg.patience < 0:
+        raise ValueError(f"patience must be >= 0 (0: never stop early), got {cfg.patience!r}.")
+    if cfg.eval_every < 0 or cfg.eval_minutes < 0 or not (cfg.eval_every or cfg.eval_minutes):
+        raise ValueError(
+            f"eval_every={cfg.eval_every!r}, eval_minutes={cfg.eval_minutes!r}: both must be >= 0 and one positive "
+            "(evaluate every N steps, every M minutes, or both)."
+        )
 
 
 def _has_type(value: Any, hint: Any) -> bool:

@@ -1,15 +1,18 @@
 """What a newcomer wants to see from a freshly packaged ELMo pipeline.
 
 1. The packaged wheel installs (into a private directory) and ``spacy.load(name)`` works.
-2. A polysemous word in different contexts: the nearest neighbours of each occurrence among all
-   the tokens of held-out sentences, by ELMo vector, next to the context-free neighbours of layer 0
-   (as in Table 4 of the paper). A small held-out split is topped up with training sentences.
+2. Words in two senses, side by side: for each sense, the word's nearest neighbours among the
+   tokens of held-out sentences by ELMo vector (as in Table 4 of the paper), next to the
+   context-free neighbours of layer 0; and whether the two uses of one sense are closer to each
+   other than to the other sense's. Neighbours are content words with words on both sides: at a
+   sentence's edge the context is a full stop, and every sentence-final word looks alike. A small
+   held-out split is topped up with training sentences.
 3. Sentence similarities: the cosine of sentence vectors for pairs that share a word in different
    senses, and pairs that share a sense.
 
-The words and sentence pairs come from a table per language (the pipeline's ``lang``); for a
-language without one, the most frequent content words of the reference text stand in and there
-are no sentence pairs.
+The words, their sense sentences and the sentence pairs come from a table per language
+(training.packaging.demo_text); for a language without one, the most frequent content words of the
+reference text are shown in two of their contexts, and there are no sentence pairs.
 
     python -m training.packaging.demo packages/ --name en_elmo_sample --corpus corpus/test \
         --top-up corpus/train --output metrics/demo.txt
@@ -33,87 +36,8 @@ from spacy_elmo.files import atomic_write_text
 
 from ..corpus import read_sentences
 from ..downstream.vectors import row_cosines
+from .demo_text import DEMO_TEXT
 
-
-class DemoText(NamedTuple):
-    """What the demo shows for one language: polysemous words (the first ones that occur in two
-    reference sentences are shown) and sentence pairs sharing a word in the same or another sense."""
-
-    polysemous: Sequence[str]
-    pairs: Sequence[Tuple[str, str]]
-
-
-DEMO_TEXT: Dict[str, DemoText] = {
-    "en": DemoText(
-        [
-            "play",
-            "bank",
-            "state",
-            "party",
-            "power",
-            "right",
-            "field",
-            "light",
-            "court",
-            "order",
-            "record",
-            "plant",
-            "interest",
-            "match",
-            "lead",
-            "fire",
-            "case",
-            "spring",
-        ],
-        [
-            ("The bank raised its interest rates.", "The central bank cut rates again."),
-            ("We walked along the bank of the river.", "The bank raised its interest rates."),
-            ("She plays the violin in an orchestra.", "He plays the guitar in a band."),
-            ("She plays the violin in an orchestra.", "The team plays its last match on Sunday."),
-            ("The court ruled against the government.", "The judge adjourned the court."),
-            ("The court ruled against the government.", "They played tennis on a clay court."),
-        ],
-    ),
-    # The built-in Bulgarian text (a calendar article and Wikipedia discussions) has the first words
-    # in both senses: страна country / side, ред order / line, стил calendar / writing style. The
-    # last four are classic homonyms for other Bulgarian text: hair / scythe, key / spring, bank /
-    # jar, onion / bow. spaCy's Bulgarian tokenizer keeps "стил." and "текст." whole (abbreviations),
-    # so no pair ends with them.
-    "bg": DemoText(
-        [
-            "страна",
-            "ред",
-            "стил",
-            "право",
-            "страни",
-            "време",
-            "език",
-            "връзка",
-            "точка",
-            "свят",
-            "карти",
-            "глава",
-            "коса",
-            "ключ",
-            "банка",
-            "лук",
-        ],
-        [
-            ("България е малка страна в Европа.", "Гърция е малка страна на Балканите."),
-            ("България е малка страна в Европа.", "От друга страна, статията е твърде кратка."),
-            ("Имената са подредени по азбучен ред.", "Статиите в категорията са по азбучен ред."),
-            ("Имената са подредени по азбучен ред.", "Под картинката има само един ред текст и таблица."),
-            (
-                "Статиите трябва да са написани в енциклопедичен стил и на български език.",
-                "Авторът пише в лек и приятен стил, без чуждици.",
-            ),
-            (
-                "Статиите трябва да са написани в енциклопедичен стил и на български език.",
-                "В България календарът по нов стил е въведен през 1916 година.",
-            ),
-        ],
-    ),
-}
 MIN_REFERENCE_TOKENS = 10000
 
 
@@ -150,20 +74,48 @@ def reference_sentences(
     return sentences, held_out
 
 
-def reference_tokens(nlp, sentences: List[List[str]]) -> Tuple[np.ndarray, np.ndarray, List[Tuple[str, str]]]:
-    """Unit-length ELMo vectors (``token.vector``: the mix, centred as the pipeline's elmo component
-    says) and layer-0 vectors (centred on their own mean over these tokens) of every token of
-    ``sentences``, and (word, sentence) for each."""
+class Reference(NamedTuple):
+    """The tokens neighbours are searched among: unit-length ELMo vectors (``token.vector``: the mix,
+    centred as the pipeline's elmo component says) (N, D), unit-length layer-0 vectors centred on
+    ``static_mean`` (N, D'), and (word, sentence) for each of the N tokens."""
+
+    mixed: np.ndarray
+    static: np.ndarray
+    static_mean: np.ndarray
+    labels: List[Tuple[str, str]]
+
+
+def meaningful_positions(doc) -> List[int]:
+    """Content words (alphabetic, not stop words) with a word on either side in their sentence."""
+    words = [token.i for token in doc if token.is_alpha]
+    inner = set(words[1:-1])
+    return [token.i for token in doc if token.i in inner and not token.is_stop]
+
+
+def reference_tokens(nlp, sentences: List[List[str]]) -> Reference:
+    """The meaningful positions (``meaningful_positions``) of ``sentences``."""
     docs = nlp.pipe(Doc(nlp.vocab, words=words, sent_starts=[True] + [False] * (len(words) - 1)) for words in sentences)
     mixed, static, labels = [], [], []
     for doc in docs:
-        text = doc.text
-        for token in doc:
-            mixed.append(token.vector)
-            static.append(token._.elmo_layers[0])
-            labels.append((token.text, text))
-    static = np.array(static)
-    return _unit(np.array(mixed)), _unit(static - static.mean(axis=0)), labels
+        for i in meaningful_positions(doc):
+            mixed.append(doc[i].vector)
+            static.append(doc[i]._.elmo_layers[0])
+            labels.append((doc[i].text, doc.text))
+    static_array = np.array(static)
+    mean = static_array.mean(axis=0)
+    return Reference(_unit(np.array(mixed)), _unit(static_array - mean), mean, labels)
+
+
+def word_vectors(nlp, sentence: str, word: str, reference: Reference) -> Tuple[np.ndarray, np.ndarray]:
+    """The unit ELMo vector and the unit centred layer-0 vector of ``word``'s first occurrence in
+    ``sentence``, as the reference's vectors are made."""
+    doc = nlp(sentence)
+    found = [token for token in doc if token.lower_ == word.lower()]
+    if not found:
+        raise ValueError(f"The demo sentence {sentence!r} has no token {word!r}; fix its table in demo_text.py.")
+    token = found[0]
+    static = token._.elmo_layers[0] - reference.static_mean
+    return _unit(token.vector[None])[0], _unit(static[None])[0]
 
 
 def centering_summary(nlp) -> str:
@@ -223,31 +175,65 @@ def frequent_content_words(labels: List[Tuple[str, str]], stop_words, n: int) ->
     return [word for word, _ in counts.most_common(n)]
 
 
-def polysemy_report(
-    mixed, static, labels, k: int, n_words: int, candidates: Sequence[str], reference: str
-) -> List[str]:
-    lines = []
-    occurrences = {}
-    for position, (word, sentence) in enumerate(labels):
-        if word.lower() in candidates:
-            occurrences.setdefault(word.lower(), {}).setdefault(sentence, position)
-    chosen = [w for w in candidates if len(occurrences.get(w, {})) >= 2][:n_words]
-    for word in chosen:
-        contexts = list(occurrences[word].items())[:2]
-        lines.append(f"== '{word}': nearest tokens of {reference}, by cosine of their vectors ==")
-        static_neighbours = neighbours(static[contexts[0][1]], static, labels, contexts[0][0], k, distinct=True)
-        lines.append(
-            "  layer 0 (context-free; the same in every context; centred): "
-            + ", ".join(f"{w} ({s:.3f})" for s, w, _ in static_neighbours)
+def side_by_side(left: List[str], right: List[str]) -> List[str]:
+    """Two columns of lines, the left one padded to its longest line."""
+    rows, width = max(len(left), len(right)), max(map(len, left))
+    left, right = left + [""] * (rows - len(left)), right + [""] * (rows - len(right))
+    return [f"  {a:<{width}} | {b}".rstrip() for a, b in zip(left, right)]
+
+
+def neighbour_lines(query: np.ndarray, reference: Reference, k: int) -> List[str]:
+    return [
+        f"  {score:.3f} {word:<12} {snippet(sentence, word, 30)}"
+        for score, word, sentence in neighbours(query, reference.mixed, reference.labels, "", k)
+    ]
+
+
+def sense_agreement(vectors: Sequence[Sequence[np.ndarray]]) -> Tuple[List[float], float]:
+    """Cosines of the two uses within each sense, and the mean cosine across the senses (of 4 pairs)."""
+    within = [float(a @ b) for a, b in vectors]
+    across = float(np.mean([a @ b for a in vectors[0] for b in vectors[1]]))
+    return within, across
+
+
+def senses_report(nlp, word: str, senses, reference: Reference, k: int) -> Tuple[List[str], bool]:
+    """A word in its two senses, side by side; and whether each sense's two uses are closer to each
+    other than the senses are on average."""
+    vectors = [[word_vectors(nlp, sentence, word, reference) for sentence in sense.sentences] for sense in senses]
+    within, across = sense_agreement([[mixed for mixed, _ in sense] for sense in vectors])
+    told_apart = min(within) > across
+    static_neighbours = neighbours(vectors[0][0][1], reference.static, reference.labels, "", k, distinct=True)
+    lines = [
+        f"== '{word}' in two senses ==",
+        "  the same sense in two sentences: "
+        + ", ".join(f"{sense.gloss} {cosine:.3f}" for sense, cosine in zip(senses, within))
+        + f"; across the senses: {across:.3f} (mean of 4) -> "
+        + ("told apart" if told_apart else "NOT told apart"),
+        "  layer 0 (context-free, the same in both senses): "
+        + ", ".join(f"{w} ({s:.3f})" for s, w, _ in static_neighbours),
+    ]
+    columns = [
+        [f'{sense.gloss}: "{sense.sentences[0]}"', *neighbour_lines(vecs[0][0], reference, k)]
+        for sense, vecs in zip(senses, vectors)
+    ]
+    return lines + side_by_side(*columns) + [""], told_apart
+
+
+def contexts_report(word: str, reference: Reference, k: int) -> List[str]:
+    """A word of the reference text in two of its sentences, side by side (no sense table)."""
+    positions: Dict[str, int] = {}
+    for position, (token, sentence) in enumerate(reference.labels):
+        if token.lower() == word:
+            positions.setdefault(sentence, position)
+    if len(positions) < 2:
+        return []
+    columns = []
+    for sentence, position in list(positions.items())[:2]:
+        found = neighbours(reference.mixed[position], reference.mixed, reference.labels, sentence, k)
+        columns.append(
+            [f'"{snippet(sentence, word, 50)}"', *(f"  {s:.3f} {w:<12} {snippet(o, w, 30)}" for s, w, o in found)]
         )
-        for sentence, position in contexts:
-            lines.append(f'  ELMo in: "{snippet(sentence, word)}"')
-            for score, neighbour, other in neighbours(mixed[position], mixed, labels, sentence, k):
-                lines.append(f'      {score:.3f}  {neighbour:<14} "{snippet(other, neighbour)}"')
-        lines.append("")
-    if not chosen:
-        lines.append("(no polysemous word from the list occurs twice in the reference sentences)")
-    return lines
+    return [f"== '{word}' in two sentences of the reference text ==", *side_by_side(*columns), ""]
 
 
 def similarity_report(nlp, pairs: Sequence[Tuple[str, str]]) -> List[str]:
@@ -265,21 +251,28 @@ def similarity_report(nlp, pairs: Sequence[Tuple[str, str]]) -> List[str]:
     return lines
 
 
-def word_and_sentence_report(nlp, mixed, static, labels, k: int, n_words: int, reference: str) -> List[str]:
-    """Polysemous words and sentence pairs from the language's table; without one, frequent words."""
+def word_and_sentence_report(nlp, reference: Reference, k: int, n_words: int, described: str) -> List[str]:
+    """Words in two senses and sentence pairs from the language's table; without one, frequent words."""
     table = DEMO_TEXT.get(nlp.lang)
-    if table is not None:
-        return polysemy_report(mixed, static, labels, k, n_words, table.polysemous, reference) + similarity_report(
-            nlp, table.pairs
-        )
-    words = frequent_content_words(labels, nlp.Defaults.stop_words, 50)
-    return [
-        f"(no word list for language '{nlp.lang}' in training/packaging/demo.py DEMO_TEXT: showing the most frequent "
-        "content words of the reference text)",
-        "",
-        *polysemy_report(mixed, static, labels, k, n_words, words, reference),
-        f"(no sentence pairs for language '{nlp.lang}': add them to DEMO_TEXT in training/packaging/demo.py)",
-    ]
+    heading = f"Nearest neighbours: tokens of the {described}, content words with a word on either side, by cosine."
+    if table is None:
+        words = frequent_content_words(reference.labels, nlp.Defaults.stop_words, 50)
+        shown = [lines for lines in (contexts_report(w, reference, k) for w in words) if lines][:n_words]
+        return [
+            f"(no word list for language '{nlp.lang}' in training/packaging/demo_text.py: showing the most frequent "
+            "content words of the reference text)",
+            heading,
+            "",
+            *(line for lines in shown for line in lines),
+            f"(no sentence pairs for language '{nlp.lang}': add them to training/packaging/demo_text.py)",
+        ]
+    lines, told_apart = [heading, ""], 0
+    for word, senses in list(table.senses.items())[:n_words]:
+        word_lines, apart = senses_report(nlp, word, senses, reference, k)
+        lines, told_apart = lines + word_lines, told_apart + apart
+    shown = min(n_words, len(table.senses))
+    lines.append(f"Senses told apart (each sense's two uses closer than across): {told_apart} of {shown} words.")
+    return lines + [""] + similarity_report(nlp, table.pairs)
 
 
 def main(
@@ -294,7 +287,7 @@ def main(
     ),
     max_sentences: int = typer.Option(2000),
     neighbours_k: int = typer.Option(5, "--neighbours"),
-    words: int = typer.Option(2, help="How many polysemous words to show."),
+    words: int = typer.Option(6, help="How many words to show in two senses (or contexts)."),
     output: Optional[Path] = typer.Option(None, help="Also write the report here."),
     perplexity: Optional[Path] = typer.Option(None, help="The evaluate step's JSON, to say how trained the biLM is."),
 ) -> None:
@@ -309,10 +302,10 @@ def main(
         )
     report.append("")
     sentences, held_out = reference_sentences(corpus, top_up, max_sentences, min_tokens)
-    mixed, static, labels = reference_tokens(nlp, sentences)
+    reference = reference_tokens(nlp, sentences)
     report += [reference_summary(sentences, held_out, min_tokens), centering_summary(nlp), ""]
-    reference = "held-out text" if held_out == len(sentences) else "reference text"
-    report += word_and_sentence_report(nlp, mixed, static, labels, neighbours_k, words, reference)
+    described = "held-out text" if held_out == len(sentences) else "reference text"
+    report += word_and_sentence_report(nlp, reference, neighbours_k, words, described)
     text = "\n".join(report) + "\n"
     if output:
         atomic_write_text(output, text)
