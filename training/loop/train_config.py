@@ -50,8 +50,7 @@ class TrainConfig:
     eval_every: int = 200  # steps; 0: by eval_minutes only
     eval_minutes: float = 0.0  # also evaluate at least this often (a pace that holds on any machine); 0: by steps only
     eval_tokens: int = 50000  # dev tokens per evaluation
-    patience: int = 0  # stop after this many dev evaluations without a new best (0: never): a small corpus read again
-    # and again past its best only overfits
+    patience: int = 0  # stop after this many dev evaluations without a new best (0: never)
     log_every: int = 10  # steps
     checkpoint_every: int = 500  # steps
     checkpoint_minutes: float = 10.0  # also checkpoint at least this often
@@ -69,7 +68,7 @@ class TrainConfig:
                 raise ValueError(
                     f"Training setting {setting.name} must be {_type_name(hints[setting.name])}, got {value!r}."
                 )
-        _check_schedule(self)
+        _check_schedule_and_pace(self)
 
     @classmethod
     def load(cls, path: Optional[Path], overrides: List[str]) -> "TrainConfig":
@@ -91,8 +90,9 @@ class TrainConfig:
             raise typer.BadParameter(str(err)) from None
 
 
-def _check_schedule(cfg: "TrainConfig") -> None:
-    """A known schedule; one over the budget needs a budget, and its fractions must be fractions."""
+def _check_schedule_and_pace(cfg: "TrainConfig") -> None:
+    """A known schedule; one over the budget needs a budget, and its fractions must be fractions; an
+    evaluation pace, and patience >= 0."""
     choose(SCHEDULES, "lr_schedule", cfg.lr_schedule)
     if cfg.lr_schedule in BUDGETED and not (cfg.max_minutes or cfg.max_steps):
         raise ValueError(
