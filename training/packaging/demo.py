@@ -169,10 +169,9 @@ def snippet(sentence: str, word: str, width: int = 70) -> str:
     return ("..." if at else "") + text + ("..." if at + width < len(sentence) else "")
 
 
-def frequent_content_words(labels: List[Tuple[str, str]], stop_words, n: int) -> List[str]:
-    """The ``n`` most frequent lowercased alphabetic tokens that are not stop words."""
-    counts = Counter(word.lower() for word, _ in labels if word.isalpha() and word.lower() not in stop_words)
-    return [word for word, _ in counts.most_common(n)]
+def frequent_words(labels: List[Tuple[str, str]], n: int) -> List[str]:
+    """The ``n`` most frequent lowercased words of the reference (content words already: ``reference_tokens``)."""
+    return [word for word, _ in Counter(word.lower() for word, _ in labels).most_common(n)]
 
 
 def side_by_side(left: List[str], right: List[str]) -> List[str]:
@@ -182,10 +181,11 @@ def side_by_side(left: List[str], right: List[str]) -> List[str]:
     return [f"  {a:<{width}} | {b}".rstrip() for a, b in zip(left, right)]
 
 
-def neighbour_lines(query: np.ndarray, reference: Reference, k: int) -> List[str]:
+def neighbour_lines(query: np.ndarray, reference: Reference, k: int, exclude: str = "") -> List[str]:
+    """The ``k`` nearest tokens of the reference (none from the sentence ``exclude``), a row each."""
     return [
         f"  {score:.3f} {word:<12} {snippet(sentence, word, 30)}"
-        for score, word, sentence in neighbours(query, reference.mixed, reference.labels, "", k)
+        for score, word, sentence in neighbours(query, reference.mixed, reference.labels, exclude, k)
     ]
 
 
@@ -229,10 +229,8 @@ def contexts_report(word: str, reference: Reference, k: int) -> List[str]:
         return []
     columns = []
     for sentence, position in list(positions.items())[:2]:
-        found = neighbours(reference.mixed[position], reference.mixed, reference.labels, sentence, k)
-        columns.append(
-            [f'"{snippet(sentence, word, 50)}"', *(f"  {s:.3f} {w:<12} {snippet(o, w, 30)}" for s, w, o in found)]
-        )
+        rows = neighbour_lines(reference.mixed[position], reference, k, exclude=sentence)
+        columns.append([f'"{snippet(sentence, word, 50)}"', *rows])
     return [f"== '{word}' in two sentences of the reference text ==", *side_by_side(*columns), ""]
 
 
@@ -256,7 +254,7 @@ def word_and_sentence_report(nlp, reference: Reference, k: int, n_words: int, de
     table = DEMO_TEXT.get(nlp.lang)
     heading = f"Nearest neighbours: tokens of the {described}, content words with a word on either side, by cosine."
     if table is None:
-        words = frequent_content_words(reference.labels, nlp.Defaults.stop_words, 50)
+        words = frequent_words(reference.labels, 50)
         shown = [lines for lines in (contexts_report(w, reference, k) for w in words) if lines][:n_words]
         return [
             f"(no word list for language '{nlp.lang}' in training/packaging/demo_text.py: showing the most frequent "
