@@ -159,6 +159,41 @@ def test_patience_stops_a_run_whose_dev_perplexity_no_longer_improves(corpus, tm
     assert learning["step"] == 6, "a run that keeps improving runs to its budget"
 
 
+OVERSHOOTING = dict(max_steps=10, eval_every=1, eval_tokens=60, optimizer="adam", lr=0.1)
+
+
+def test_a_run_past_its_best_ends_on_the_weights_of_its_best_dev_evaluation(corpus, tmp_path):
+    """adam at lr 0.1 overshoots: dev perplexity is lowest after a few steps, then rises. The run's
+    result (RUN/bilm, what a run directory evaluates and continues from) is that best step's."""
+    run = tmp_path / "run"
+    state = train(config(corpus, **OVERSHOOTING, patience=3), run)
+    lines = log_lines(run)
+    dev = {line["step"]: line["dev_ppl"] for line in lines if "dev_ppl" in line}
+    best_step = min(dev, key=dev.get)
+    assert best_step < state["step"] and dev[state["step"]] > dev[best_step] * 1.2, dev
+    assert [line["final_weights_from_step"] for line in lines if "final_weights_from_step" in line] == [best_step]
+    checkpoints = run / "checkpoints"
+    best_weights = checkpoints / f"best-step-{best_step:08d}"
+    assert (checkpoints / "best").read_text().strip() == best_weights.name
+    assert json.loads((best_weights / "best.json").read_text())["dev_ppl"] == dev[best_step]
+    assert len(list(checkpoints.glob("best-step-*"))) == 1, "each new best replaces the one before"
+    last_weights = checkpoints / (checkpoints / "latest").read_text().strip()
+    final, best, last = (load_bilm(path).state_dict() for path in (run / "bilm", best_weights, last_weights))
+    assert all(torch.equal(final[k], best[k]) for k in final)
+    assert not all(torch.equal(final[k], last[k]) for k in final), "the last step's weights differ"
+    scores = evaluate(run, list(read_sentences(corpus / "corpus" / "dev")))
+    assert scores["model"] == str(best_weights)
+    assert scores["perplexity"] == pytest.approx(state["final_dev"], rel=1e-5)
+
+
+def test_a_resumed_run_continues_from_its_last_step_not_its_best(corpus, tmp_path):
+    straight = train(config(corpus, **OVERSHOOTING), tmp_path / "straight")
+    train(config(corpus, **{**OVERSHOOTING, "max_steps": 6}), tmp_path / "stopped")
+    resumed = train(config(corpus, **OVERSHOOTING), tmp_path / "stopped")
+    assert losses(tmp_path / "straight") == losses(tmp_path / "stopped")
+    assert resumed["best_dev"] == straight["best_dev"] and resumed["final_dev"] == straight["final_dev"]
+
+
 @pytest.mark.parametrize("eval_minutes, evaluations", [(1e-6, 4), (10.0, 1)])
 def test_evaluation_by_minutes_paces_the_dev_evaluations(corpus, tmp_path, eval_minutes, evaluations):
     """eval_every=0: evaluate by the clock only (here every step, or only at the end)."""
@@ -434,7 +469,7 @@ def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path
 
 
 def test_fine_tuning_from_a_run_keeps_its_vocabulary_and_head(corpus, tmp_path):
-    """init_from a run directory: its latest checkpoint's body, LM head and vocab.txt (no vocab given)."""
+    """init_from a run directory: its result's body, LM head and vocab.txt (no vocab given)."""
     train(config(corpus, optimizer="adam", lr=0.01, max_steps=30), tmp_path / "run")
     # lr 0: the fine-tuned model must be the source exactly, head included.
     train(

@@ -5,7 +5,7 @@
     python -m training.evaluate RUN --split test --output ppl.json   # the run's own corpus
 
 MODEL is a biLM with its LM head and ``vocab.txt``: a training checkpoint, or a run directory
-(its latest checkpoint). Reported: forward,
+(the run's result: the weights of its best dev evaluation, which RUN/bilm holds). Reported: forward,
 backward and average perplexity (exp of the mean NLL over both directions' predictions), the number
 of predictions, the out-of-vocabulary rate, and a unigram model's perplexity on the same predictions
 (from the vocabulary's training counts) for scale.

@@ -7,8 +7,9 @@
 One process per device; under torchrun, DDP (NCCL on GPUs, gloo on CPU). Each process reads only
 its own data streams (training.loop.batching). A run resumes from RUN/checkpoints/latest when there is
 one, with the same data order, RNG states and optimizer state, so its loss curve continues as if
-never stopped. Only rank 0 writes: RUN/log.jsonl, RUN/curve.png, RUN/checkpoints/, and at the end
-RUN/bilm/ (native weights for the elmo component).
+never stopped. Only rank 0 writes: RUN/log.jsonl, RUN/curve.png, RUN/checkpoints/ (with the best dev
+evaluation's weights, RUN/checkpoints/best), and at the end RUN/bilm/: those best weights, native,
+for the elmo component.
 
 This module is the loop; the pieces it runs are: training.loop.train_config (the settings),
 training.loop.session (setup, resume, checkpoints), training.loop.step (one step), training.loop.run_log (the
@@ -28,8 +29,10 @@ from typing import Any, Dict, List, Optional
 import typer
 
 from spacy_elmo.progress import progress_bar
+from spacy_elmo.weights.native import load_bilm
 
 from .loop.batching import dev_batches
+from .loop.checkpoint import best_checkpoint, save_best
 from .loop.curve import plot_learning_curve
 from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
@@ -76,6 +79,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
     if out_of_patience(session):
         log.write(step=state["step"], stopped=f"no new best dev perplexity in {cfg.patience} evaluations")
     if main:
+        _take_the_best_weights(session, log)
         _evaluate_on_full_dev(session, log)
         strip_lm_head(session.bilm, output / "bilm")
     session.processes.close()
@@ -109,13 +113,27 @@ def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
     improved = scores["average"] < (state["best_dev"] or math.inf)
     state["evaluations_since_best"] = 0 if improved else state.get("evaluations_since_best", 0) + 1
     state["best_dev"] = min(scores["average"], state["best_dev"] or math.inf)
-    log.write(**_dev_record(state, scores, f"subset: the first {session.cfg.eval_tokens:,} tokens of dev", "dev"))
+    record = _dev_record(state, scores, f"subset: the first {session.cfg.eval_tokens:,} tokens of dev", "dev")
+    log.write(**record)
+    if improved:
+        figures = {k: v for k, v in record.items() if k.startswith("dev_")}
+        save_best(session.checkpoints, state["step"], session.bilm, session.vocab, figures)
     plot_learning_curve(output / "log.jsonl", output / "curve.png")
 
 
+def _take_the_best_weights(session: Session, log: JsonlLog) -> None:
+    """End on the weights of the best dev evaluation (a run that went past its best, or stopped for
+    patience, would otherwise end on worse ones); the log says which step's they are."""
+    best = best_checkpoint(session.checkpoints)
+    best_step = json.loads((best / "best.json").read_text())["step"] if best else session.state["step"]
+    if best_step != session.state["step"]:
+        session.bilm.load_state_dict(load_bilm(best).state_dict())
+    log.write(step=session.state["step"], final_weights_from_step=best_step)
+
+
 def _evaluate_on_full_dev(session: Session, log: JsonlLog) -> None:
-    """The run's final figure: perplexity on the whole dev split, what ``training.evaluate RUN
-    --split dev`` gives for the last checkpoint; into the log and the state (``final_dev``)."""
+    """The run's final figure: perplexity on the whole dev split of its final (best) weights, what
+    ``training.evaluate RUN --split dev`` gives; into the log and the state (``final_dev``)."""
     state, cfg = session.state, session.cfg
     batches = dev_batches(Path(cfg.corpus), session.table, sys.maxsize, cfg.batch_tokens)
     scores = perplexity(session.loss_module, batches, session.processes.device)

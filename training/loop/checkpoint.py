@@ -5,6 +5,11 @@
 (``optimizer.safetensors``) and everything else a resumed run needs (``trainer.json``: step, data
 positions, RNG states, ...; RNG tensors in ``rng.safetensors``). A checkpoint is written under a
 temporary name and renamed into place; ``RUN/checkpoints/latest`` names the newest complete one.
+
+``RUN/checkpoints/best`` names ``best-step-00000400/``: the weights (biLM with its LM head, and
+``vocab.txt``) of the best dev evaluation so far, with its figures in ``best.json``. It is the run's
+result: what ``RUN/bilm`` holds at the end and what a run directory resolves to for evaluation and
+``init_from``. Resuming reads ``latest``, never ``best``.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import Tensor
 
@@ -24,6 +29,7 @@ from spacy_elmo.weights.native import save_bilm
 from ..vocab import Vocabulary
 
 LATEST = "latest"
+BEST = "best"
 
 
 def save_checkpoint(
@@ -39,11 +45,7 @@ def save_checkpoint(
     """Write checkpoint ``step`` under ``directory`` and point ``latest`` at it; keep the newest ``keep``."""
     from safetensors.torch import save_file
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"step-{step:08d}"
-    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
-    try:
+    def write(temporary: Path) -> None:
         save_bilm(bilm, temporary)
         vocab.save(temporary / "vocab.txt")
         tensors, meta = _split_optimizer_state(optimizer_state)
@@ -51,35 +53,76 @@ def save_checkpoint(
         save_file({k: v.contiguous() for k, v in rng.items()}, str(temporary / "rng.safetensors"))
         atomic_write_text(temporary / "optimizer.json", json.dumps(meta))
         atomic_write_text(temporary / "trainer.json", json.dumps(trainer, indent=2))
+
+    final = _write_directory(Path(directory) / f"step-{step:08d}", write)
+    atomic_write_text(Path(directory) / LATEST, final.name + "\n")
+    _prune(Path(directory), keep, final.name)
+    return final
+
+
+def save_best(directory: Path, step: int, bilm, vocab: Vocabulary, figures: Dict[str, Any]) -> Path:
+    """Write the weights of step ``step`` as the run's best (``figures``: its dev scores, into
+    ``best.json``), point ``best`` at them and remove the best they replace."""
+
+    def write(temporary: Path) -> None:
+        save_bilm(bilm, temporary)
+        vocab.save(temporary / "vocab.txt")
+        atomic_write_text(temporary / "best.json", json.dumps({"step": step, **figures}, indent=2))
+
+    final = _write_directory(Path(directory) / f"best-step-{step:08d}", write)
+    atomic_write_text(Path(directory) / BEST, final.name + "\n")
+    for replaced in Path(directory).glob("best-step-*"):
+        if replaced.name != final.name:
+            shutil.rmtree(replaced, ignore_errors=True)
+    return final
+
+
+def best_checkpoint(directory: Path) -> Optional[Path]:
+    """The best weights ``directory`` (a checkpoints directory) names, or None before any."""
+    return _named(Path(directory), BEST, "best.json")
+
+
+def _write_directory(final: Path, write: Callable[[Path], None]) -> Path:
+    """Fill a temporary directory beside ``final`` with ``write`` and rename it into place."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        write(temporary)
         _fsync_directory(temporary)
         if final.exists():
             shutil.rmtree(final)
         os.rename(temporary, final)
-        _fsync_directory(directory)
+        _fsync_directory(final.parent)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
-    atomic_write_text(directory / LATEST, final.name + "\n")
-    _prune(directory, keep, final.name)
     return final
 
 
 def latest_checkpoint(directory: Path) -> Optional[Path]:
-    pointer = Path(directory) / LATEST
-    if not pointer.is_file():
-        return None
-    path = Path(directory) / pointer.read_text().strip()
-    if not (path / "trainer.json").is_file():
-        raise ValueError(f"{pointer} names {path.name}, which is missing or incomplete.")
-    return path
+    """The newest complete checkpoint in ``directory`` (a checkpoints directory), or None."""
+    return _named(Path(directory), LATEST, "trainer.json")
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint directory as given; a run or checkpoints directory means its latest checkpoint."""
+    """A checkpoint directory as given; a run or checkpoints directory means the run's result: its
+    best weights, else (a run from before they were kept) its latest checkpoint."""
     path = Path(path)
     for checkpoints in (path / "checkpoints", path):
-        if (checkpoints / LATEST).is_file():
-            return latest_checkpoint(checkpoints)
+        found = best_checkpoint(checkpoints) or latest_checkpoint(checkpoints)
+        if found:
+            return found
+    return path
+
+
+def _named(directory: Path, pointer_name: str, marker: str) -> Optional[Path]:
+    """The directory the pointer file ``pointer_name`` names, checked complete by its ``marker``."""
+    pointer = directory / pointer_name
+    if not pointer.is_file():
+        return None
+    path = directory / pointer.read_text().strip()
+    if not (path / marker).is_file():
+        raise ValueError(f"{pointer} names {path.name}, which is missing or incomplete.")
     return path
 
 
@@ -126,7 +169,7 @@ def _prune(directory: Path, keep: int, newest: str) -> None:
     for old in checkpoints[: max(0, len(checkpoints) - keep)]:
         if old.name != newest:
             shutil.rmtree(old, ignore_errors=True)
-    for stale in directory.glob(".step-*"):  # left by a run killed while writing
+    for stale in [*directory.glob(".step-*"), *directory.glob(".best-step-*")]:  # left by a run killed while writing
         shutil.rmtree(stale, ignore_errors=True)
 
 
