@@ -33,7 +33,7 @@ class TrainConfig:
     vocab: str = ""  # vocab.txt; default with init_from: the source's vocab.txt
     preset: str = "small"  # BiLMConfig preset ...
     model: Dict[str, Any] = field(default_factory=dict)  # ... and overrides of its sizes
-    init_from: Optional[str] = None  # a native biLM, checkpoint or run (its latest) to continue training
+    init_from: Optional[str] = None  # a native biLM, checkpoint or run (its best weights) to continue training
     softmax: str = "full"  # training.loop.objective.SOFTMAXES: "full" or "sampled"
     n_samples: int = 8192  # sampled softmax candidates per batch
     optimizer: str = "adagrad"  # training.loop.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
