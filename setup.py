@@ -38,6 +38,8 @@ setup(
         "h5": ["h5py>=3.8"],
         "cuda12x": ["cupy-cuda12x>=12"],
         "train": ["matplotlib>=3.5", "gensim>=4.3"],
+        # `embed --ray / --ray-address`: blocks embedded by actors on Ray Data (one machine or a cluster)
+        "ray": ["ray[data]>=2.40,<3"],
         # spaCy's lemma tables, for pipelines around models trained on lemmas (saved inside them)
         "lemmas": ["spacy-lookups-data>=1.0.3"],
         "dev": [
@@ -45,6 +47,7 @@ setup(
             "pytest>=7",
             "h5py>=3.8",
             "hypothesis>=6",
+            "ray[data]>=2.40,<3",
             "matplotlib>=3.5",
             "gensim>=4.3",
             "build>=1.0",

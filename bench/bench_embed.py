@@ -1,25 +1,56 @@
-"""Embedding a corpus with `python -m spacy_elmo embed` in 1 and 2 processes: wall time, words/s per
-process, and a check that the sharded output equals the single-process one.
+"""Embedding a corpus with `python -m spacy_elmo embed`: in this process, and on a local Ray with 1
+and 2 workers; words/s (per worker too), Ray's start-up cost, memory per worker, output size per
+token (the HDF5 blocks, and the same vectors as Parquet), and a check that all outputs are equal.
 
     python bench/bench_embed.py [--lines 400] [--peer PEER_DIR]
 
 The pipeline: blank English + sentencizer + elmo with full-size weights (the peer's converted
 random weights when --peer is given, else random `original`-preset weights), built once under
-bench/out. Input: the first --lines lines of shared/data/corpus/valid.txt. Writes
-bench/results/embed-cpu.json and the embed section of BENCHMARKS.md.
+bench/out. Input: the first --lines lines of shared/data/corpus/valid.txt, in 8 blocks. Each way
+runs in a fresh process, timed from its start to its end (loading the pipeline, and starting and
+stopping Ray, included). Writes bench/results/embed-cpu.json and the embed section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict, List
 
 from bench_peer import CORPUS, OUT, RESULTS, converted_weights, machine
 from report import write_section
+
+WAYS = {
+    "in this process": {},
+    "Ray, 1 worker": {"ray": True, "workers": 1},
+    "Ray, 2 workers": {"ray": True, "workers": 2},
+}
+RUN_ONE = """
+import json, resource, sys, time
+start = time.perf_counter()
+from spacy_elmo.corpus.embedding import EmbedSettings, Workers, embed_corpus
+source, output, pipeline, block_lines, workers = sys.argv[1:6]
+report = embed_corpus(source, output, EmbedSettings(pipeline, block_lines=int(block_lines)),
+                      Workers(**json.loads(workers)), progress=False)
+print(json.dumps({"seconds": time.perf_counter() - start, "computed": report.computed,
+                  "driver_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+RAY_START = """
+import time
+start = time.perf_counter()
+import ray
+ray.init(include_dashboard=False)
+ray.get(ray.remote(lambda: 1).remote())
+started = time.perf_counter()
+ray.shutdown()
+print(started - start, time.perf_counter() - started)
+"""
 
 
 def pipeline_dir(peer) -> Path:
@@ -41,33 +72,79 @@ def pipeline_dir(peer) -> Path:
     return target
 
 
-def run(pipeline: Path, source: Path, output: Path, processes: int, shard_lines: int) -> float:
-    output.unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "spacy_elmo",
-        "embed",
-        str(source),
-        str(output),
-        "-p",
-        str(pipeline),
-        "--processes",
-        str(processes),
-        "--shard-lines",
-        str(shard_lines),
-    ]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - start
+def run_way(pipeline: Path, source: Path, output: Path, block_lines: int, workers: Dict) -> Dict:
+    shutil.rmtree(output, ignore_errors=True)
+    arguments = [str(source), str(output), str(pipeline), str(block_lines), json.dumps(workers)]
+    done = subprocess.run([sys.executable, "-c", RUN_ONE, *arguments], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def same_file(a: Path, b: Path) -> bool:
+def summarize(name: str, result: Dict, workers: int) -> Dict:
+    tokens = sum(figures["tokens"] for figures in result["computed"])
+    peaks: Dict[int, float] = {}
+    for figures in result["computed"]:
+        peaks[figures["pid"]] = max(peaks.get(figures["pid"], 0.0), figures["peak_rss_mib"])
+    return {
+        "way": name,
+        "workers": workers,
+        "seconds": result["seconds"],
+        "tokens": tokens,
+        "words_per_s": tokens / result["seconds"],
+        "words_per_s_per_worker": tokens / result["seconds"] / workers,
+        "peak_rss_mib_per_worker": max(peaks.values()),
+        "processes_that_embedded": len(peaks),
+    }
+
+
+def sizes(output: Path) -> Dict[str, float]:
+    """Bytes per token: the HDF5 blocks as written, and the same vectors as Parquet (a list column per
+    layer: each line's tokens' vectors), with and without compression."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spacy_elmo.corpus.output_folder import EmbeddedCorpus
+
+    with EmbeddedCorpus(output) as corpus:
+        arrays = [corpus[line] for line in range(len(corpus))]
+        tokens = sum(array.shape[1] for array in arrays)
+        hdf5 = sum(OUT.joinpath(output, block["file"]).stat().st_size for block in corpus.index["blocks"])
+    columns = {
+        f"layer_{k}": pa.array(
+            [array[k].tolist() for array in arrays], type=pa.list_(pa.list_(pa.float32(), arrays[0].shape[2]))
+        )
+        for k in range(arrays[0].shape[0])
+    }
+    result = {
+        "tokens": tokens,
+        "float32_bytes_per_token": float(np.prod(arrays[0].shape[::2]) * 4),
+        "hdf5_blocks": hdf5 / tokens,
+    }
+    for compression in ("none", "snappy", "zstd"):
+        path = OUT / f"embed-vectors-{compression}.parquet"
+        pq.write_table(pa.table(columns), path, compression=compression)
+        result[f"parquet_{compression}"] = path.stat().st_size / tokens
+    return result
+
+
+def same_outputs(folders: List[Path]) -> bool:
     import h5py
     import numpy as np
 
-    with h5py.File(a, "r") as left, h5py.File(b, "r") as right:
-        return set(left) == set(right) and all(np.array_equal(left[k][()], right[k][()]) for k in left)
+    def read(folder: Path) -> Dict:
+        found = {"index": (folder / "index.json").read_text()}
+        for path in sorted((folder / "blocks").glob("*.hdf5")):
+            with h5py.File(path, "r") as handle:
+                found.update({f"{path.name}/{k}": handle[k][()] for k in handle})
+        return found
+
+    first = read(folders[0])
+    for other in map(read, folders[1:]):
+        if first.keys() != other.keys() or not all(np.array_equal(first[k], other[k]) for k in first if k != "index"):
+            return False
+        if first["index"] != other["index"]:
+            return False
+    return True
 
 
 def main() -> None:
@@ -75,63 +152,65 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=400)
     parser.add_argument("--peer", help="use the peer's full-size weights (bench_peer.py)")
     args = parser.parse_args()
-    import spacy
-
-    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()][
-        : args.lines
-    ]
+    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
     source = OUT / "embed-input.txt"
-    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    words = sum(len(doc) for doc in spacy.blank("en").tokenizer.pipe(lines))
+    source.write_text("\n".join(lines[: args.lines]) + "\n", encoding="utf-8")
     pipeline = pipeline_dir(args.peer)
-    shard_lines = max(1, args.lines // 8)
-    rows = []
-    for processes in (1, 2):
-        seconds = run(pipeline, source, OUT / f"embed-{processes}.hdf5", processes, shard_lines)
+    block_lines = max(1, args.lines // 8)
+    rows, folders = [], []
+    for name, workers in WAYS.items():
+        folders.append(OUT / f"embed-{name.replace(' ', '-').replace(',', '')}")
         rows.append(
-            {
-                "processes": processes,
-                "seconds": seconds,
-                "words_per_s": words / seconds,
-                "words_per_s_per_process": words / seconds / processes,
-            }
+            summarize(name, run_way(pipeline, source, folders[-1], block_lines, workers), workers.get("workers", 1))
         )
-        print(f"{processes} process(es): {seconds:.1f} s, {words / seconds:.0f} words/s", flush=True)
-    identical = same_file(OUT / "embed-1.hdf5", OUT / "embed-2.hdf5")
+        print(f"{name}: {rows[-1]['seconds']:.1f} s, {rows[-1]['words_per_s']:.0f} words/s", flush=True)
+    start, stop = map(
+        float,
+        subprocess.run([sys.executable, "-c", RAY_START], check=True, capture_output=True, text=True).stdout.split(),
+    )
     report = {
         "machine": machine(os.cpu_count() or 1),
         "date": time.strftime("%Y-%m-%d"),
-        "lines": len(lines),
-        "words": words,
-        "shard_lines": shard_lines,
+        "lines": args.lines,
+        "block_lines": block_lines,
         "rows": rows,
-        "sharded_equals_single": identical,
+        "ray_start_s": start,
+        "ray_stop_s": stop,
+        "bytes_per_token": sizes(folders[0]),
+        "all_outputs_equal": same_outputs(folders),
     }
     from spacy_elmo.files import atomic_write_json
 
     atomic_write_json(RESULTS / "embed-cpu.json", report)
     update_markdown(report)
-    print(f"outputs identical: {identical}")
+    print(json.dumps(report, indent=2))
 
 
 def update_markdown(report: dict) -> None:
-    one, two = report["rows"]
+    sizes = report["bytes_per_token"]
     lines = [
-        f"### `embed` over a corpus, 1 and 2 processes ({report['date']})",
+        f"### `embed` over a corpus: in this process and on Ray ({report['date']})",
         "",
-        f"Machine: {report['machine']}. Full-size weights (93.6M parameters), exact fp32; {report['lines']} lines "
-        f"({report['words']:,} words) of shared/data/corpus/valid.txt in shards of {report['shard_lines']} lines; "
-        "wall time of the whole command (loading the pipeline in each process and merging the shards included). "
-        "Command: `python bench/bench_embed.py`.",
+        f"Machine: {report['machine']}. Full-size weights (93.6M parameters), exact fp32, every layer; "
+        f"{report['lines']} lines ({report['rows'][0]['tokens']:,} tokens) of shared/data/corpus/valid.txt in blocks "
+        f"of {report['block_lines']} lines; wall time of a fresh process doing the whole run (loading the pipeline "
+        "in each worker, starting and stopping the local Ray). Command: `python bench/bench_embed.py`.",
         "",
-        "| processes | threads each | wall time (s) | words/s | words/s per process |",
-        "|---:|---:|---:|---:|---:|",
-        f"| 1 | {os.cpu_count()} | {one['seconds']:.1f} | {one['words_per_s']:,.0f} | "
-        f"{one['words_per_s_per_process']:,.0f} |",
-        f"| 2 | {max(1, (os.cpu_count() or 1) // 2)} | {two['seconds']:.1f} | {two['words_per_s']:,.0f} | "
-        f"{two['words_per_s_per_process']:,.0f} |",
+        "| way | workers | wall time (s) | words/s | words/s per worker | peak memory per worker (MiB) |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['way']} | {r['workers']} | {r['seconds']:.1f} | {r['words_per_s']:,.0f} | "
+            f"{r['words_per_s_per_worker']:,.0f} | {r['peak_rss_mib_per_worker']:,.0f} |"
+            for r in report["rows"]
+        ),
         "",
-        f"The 2-process output equals the 1-process output bitwise: {report['sharded_equals_single']}.",
+        f"Ray's own cost: {report['ray_start_s']:.1f} s to start a local Ray and run a first task, "
+        f"{report['ray_stop_s']:.1f} s to stop it. All outputs equal bitwise: {report['all_outputs_equal']}.",
+        "",
+        f"Output size per token (every layer, {sizes['float32_bytes_per_token']:,.0f} bytes of float32): HDF5 blocks "
+        f"{sizes['hdf5_blocks']:,.0f}; the same vectors as Parquet, a list column per layer: "
+        f"{sizes['parquet_none']:,.0f} uncompressed, {sizes['parquet_snappy']:,.0f} snappy, "
+        f"{sizes['parquet_zstd']:,.0f} zstd.",
         "",
     ]
     write_section("bench_embed:cpu", lines)

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -10,7 +11,15 @@ import torch
 from conftest import make_nlp
 from spacy.tokens import Doc
 
+from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
+from spacy_elmo.corpus.output_folder import EmbeddedCorpus
+
+ROOT = Path(__file__).resolve().parents[1]
 LINES = ["The first line .", "", "A second line, with more tokens in it.", "The first line ."]
+CORPUS = [f"Line {i} of the corpus , with {'many ' * (i % 7)}words ." for i in range(23)] + [
+    "",
+    "Line 3 of the corpus , with words .",
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,53 +29,174 @@ def pipeline(tiny_weights, tmp_path_factory):
     return path
 
 
-def run_embed(*args):
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def in_process(corpus_file, pipeline, tmp_path_factory):
+    """The corpus embedded here, in blocks of 4 lines: what every other way must equal."""
+    output = tmp_path_factory.mktemp("in-process") / "vectors"
+    embed_corpus(corpus_file, output, EmbedSettings(str(pipeline), block_lines=4), progress=False)
+    return output
+
+
+def run_embed(*args, env=None):
     result = subprocess.run(
-        [sys.executable, "-m", "spacy_elmo", "embed", *map(str, args)], capture_output=True, text=True
+        [sys.executable, "-m", "spacy_elmo", "embed", *map(str, args)], capture_output=True, text=True, env=env
     )
     result.stdout = " ".join(result.stdout.split())  # messages wrap at the terminal width
     return result
+
+
+def datasets(folder):
+    """Every dataset of every block file, by name, and the index."""
+    found = {}
+    for path in sorted((folder / "blocks").glob("block-*.hdf5")):
+        with h5py.File(path, "r") as handle:
+            found.update({f"{path.name}/{name}": handle[name][()] for name in handle})
+    return found, json.loads((folder / "index.json").read_text())
+
+
+def assert_same_output(a, b):
+    (left, left_index), (right, right_index) = datasets(a), datasets(b)
+    assert left.keys() == right.keys() and left_index == right_index
+    for name in left:
+        np.testing.assert_array_equal(left[name], right[name], err_msg=name)
 
 
 @pytest.mark.parametrize("layers", ["all", "top", "average"])
 def test_embed_writes_one_dataset_per_line(tmp_path, pipeline, layers):
     source = tmp_path / "input.txt"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    result = run_embed(source, tmp_path / "out.hdf5", "--pipeline", pipeline, "--layers", layers)
+    result = run_embed(source, tmp_path / "out", "-p", pipeline, "--layers", layers, "--merge-hdf5", tmp_path / "m.h5")
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "Wrote 4 lines in 1 blocks" in result.stdout
     nlp = spacy.load(pipeline)
-    with h5py.File(tmp_path / "out.hdf5", "r") as output:
-        assert sorted(output.keys(), key=lambda k: (len(k), k)) == ["0", "1", "2", "3", "sentence_to_index"]
-        index = json.loads(output["sentence_to_index"][()])
+    with h5py.File(tmp_path / "m.h5", "r") as merged, EmbeddedCorpus(tmp_path / "out") as corpus:
+        assert sorted(merged.keys(), key=lambda k: (len(k), k)) == ["0", "1", "2", "3", "sentence_to_index"]
+        index = json.loads(merged["sentence_to_index"][()])
         assert index == {"The first line .": "3", "": "1", "A second line, with more tokens in it.": "2"}
         for i, line in enumerate(LINES):
             data = nlp(line)._.elmo_data
             expected = {"all": data, "top": data[-1], "average": data.mean(axis=0)}[layers]
-            np.testing.assert_allclose(output[str(i)][...], expected, rtol=0, atol=1e-7)
-    assert not list(tmp_path.glob(".out.hdf5.*")), "no temporary file left behind"
+            np.testing.assert_allclose(merged[str(i)][...], expected, rtol=0, atol=1e-7)
+            np.testing.assert_array_equal(corpus[i], merged[str(i)][...])
+    assert not list(tmp_path.glob(".m.h5.*")) and not list((tmp_path / "out" / "blocks").glob(".*"))
+
+
+def test_the_index_finds_every_line_in_its_block(in_process):
+    with EmbeddedCorpus(in_process) as corpus:
+        assert len(corpus) == len(CORPUS)
+        assert corpus.location(9) == {"file": "blocks/block-00002.hdf5", "row": 1, "dataset": "9"}
+        assert corpus[len(CORPUS) - 2].shape[1] == 0, "an empty line has no tokens"
+        with pytest.raises(IndexError, match="line 25 is out of range: the corpus has 25 lines"):
+            corpus[25]
+    index = json.loads((in_process / "index.json").read_text())
+    assert [b["first_line"] for b in index["blocks"]] == [0, 4, 8, 12, 16, 20, 24]
+    assert sum(b["tokens"] for b in index["blocks"]) == sum(len(line.split()) for line in CORPUS)
 
 
 def test_embed_pretokenized_lines(tmp_path, pipeline):
     source = tmp_path / "input.txt"
     source.write_text("don't split me\n", encoding="utf-8")
-    assert run_embed(source, tmp_path / "out.hdf5", "-p", pipeline, "--tokenized").returncode == 0
+    assert run_embed(source, tmp_path / "out", "-p", pipeline, "--tokenized").returncode == 0
     nlp = spacy.load(pipeline)
-    with h5py.File(tmp_path / "out.hdf5", "r") as output:
-        assert output["0"].shape == (3, 3, 32)
-        np.testing.assert_array_equal(output["0"][...], nlp(Doc(nlp.vocab, words=["don't", "split", "me"]))._.elmo_data)
+    with EmbeddedCorpus(tmp_path / "out") as corpus:
+        assert corpus[0].shape == (3, 3, 32)
+        np.testing.assert_array_equal(corpus[0], nlp(Doc(nlp.vocab, words=["don't", "split", "me"]))._.elmo_data)
+
+
+def test_empty_lines_and_a_line_of_100000_tokens(tmp_path, pipeline):
+    words = [f"w{i % 97}" for i in range(100_000)]
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(["", " ".join(words), ""]) + "\n", encoding="utf-8")
+    embed_corpus(source, tmp_path / "out", EmbedSettings(str(pipeline), tokenized=True), progress=False)
+    nlp = spacy.load(pipeline)
+    with EmbeddedCorpus(tmp_path / "out") as corpus:
+        assert len(corpus) == 3 and corpus[0].shape == corpus[2].shape == (3, 0, 32)
+        np.testing.assert_array_equal(corpus[1], nlp(Doc(nlp.vocab, words=words))._.elmo_data)
+
+
+def test_a_folder_and_parquet_give_the_lines_of_the_text_file(tmp_path, pipeline, corpus_file, in_process):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    settings = EmbedSettings(str(pipeline), block_lines=4)
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("\n".join(CORPUS[:8]) + "\n", encoding="utf-8")  # 2 whole blocks
+    (folder / "b.txt").write_bytes(("\r\n".join(CORPUS[8:])).encode())  # Windows ends, none at the end
+    embed_corpus(folder, tmp_path / "from-folder", settings, progress=False)
+    assert_same_output(in_process, tmp_path / "from-folder")
+    (tmp_path / "parquet").mkdir()
+    table = pa.table({"id": list(range(len(CORPUS))), "body": CORPUS})
+    pq.write_table(table, tmp_path / "parquet" / "part-0.parquet", row_group_size=3)  # groups across blocks
+    embed_corpus(
+        tmp_path / "parquet", tmp_path / "from-parquet", EmbedSettings(**{**vars(settings), "text_column": "body"})
+    )
+    assert_same_output(in_process, tmp_path / "from-parquet")
+    with pytest.raises(
+        ValueError, match=r"has no column 'text' \(it has \['id', 'body'\]\); name it with --text-column"
+    ):
+        embed_corpus(tmp_path / "parquet", tmp_path / "wrong-column", settings, progress=False)
 
 
 def test_embed_reports_problems(tmp_path, pipeline):
-    missing = run_embed(tmp_path / "nothing.txt", tmp_path / "out.hdf5", "-p", pipeline)
+    missing = run_embed(tmp_path / "nothing.txt", tmp_path / "out", "-p", pipeline)
     assert missing.returncode == 1 and "nothing.txt: file not found" in missing.stdout
-    (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
-    bad = run_embed(tmp_path / "latin1.txt", tmp_path / "out.hdf5", "-p", pipeline)
-    assert bad.returncode == 1 and "is not valid UTF-8" in bad.stdout
+    (tmp_path / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
+    bad = run_embed(tmp_path / "latin1.txt", tmp_path / "out", "-p", pipeline)
+    assert bad.returncode == 1 and "latin1.txt is not valid UTF-8 (line 2, byte 3)" in bad.stdout
     spacy.blank("en").to_disk(tmp_path / "blank")
     (tmp_path / "ok.txt").write_text("fine\n")
-    no_elmo = run_embed(tmp_path / "ok.txt", tmp_path / "out.hdf5", "-p", tmp_path / "blank")
+    no_elmo = run_embed(tmp_path / "ok.txt", tmp_path / "out", "-p", tmp_path / "blank")
     assert no_elmo.returncode == 1 and "has no 'elmo' component" in no_elmo.stdout
-    assert not (tmp_path / "out.hdf5").exists()
+    assert not (tmp_path / "out").exists(), "a run that wrote nothing leaves nothing behind"
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    taken = run_embed(tmp_path / "ok.txt", tmp_path / "taken", "-p", pipeline)
+    assert taken.returncode == 1 and "is not an embedding run's folder" in taken.stdout
+    assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
+def test_where_the_blocks_run_is_checked_before_any_work(tmp_path, pipeline):
+    (tmp_path / "ok.txt").write_text("fine\n")
+    for arguments, problem in (
+        (["--workers", 2], "--workers 2 and --gpus-per-worker 0.0 run on Ray: add --ray"),
+        (["--ray", "--gpu-id", 0], "--gpu-id 0 picks a GPU of this process; on Ray give --gpus-per-worker"),
+        (["--ray", "--workers", 0], "--workers must be positive"),
+    ):
+        result = run_embed(tmp_path / "ok.txt", tmp_path / "out", "-p", pipeline, *arguments)
+        assert result.returncode == 1 and problem in result.stdout, result.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_ray_is_optional_and_says_how_to_get_it(tmp_path, pipeline):
+    (tmp_path / "ok.txt").write_text("fine\n")
+    without_ray = "import sys; sys.modules['ray'] = None; from spacy_elmo.cli import app; app()"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            without_ray,
+            "embed",
+            str(tmp_path / "ok.txt"),
+            str(tmp_path / "out"),
+            "-p",
+            str(pipeline),
+            "--ray",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and 'pip install "spacy-elmo[ray]"' in " ".join(result.stdout.split())
+    setup = (ROOT / "setup.py").read_text()
+    core = setup[setup.index("install_requires") : setup.index("extras_require")]
+    assert "ray" not in core, "the core install does not pull Ray"
 
 
 def test_embed_from_bilm_weights_equals_the_assembled_pipeline(tmp_path, tiny_weights):
@@ -75,63 +205,23 @@ def test_embed_from_bilm_weights_equals_the_assembled_pipeline(tmp_path, tiny_we
     source = tmp_path / "input.txt"
     source.write_text("\n".join(LINES + ["Two sentences here. And a second one."]) + "\n", encoding="utf-8")
     assemble_pipeline(tiny_weights).to_disk(tmp_path / "assembled")
-    from_weights = run_embed(source, tmp_path / "weights.hdf5", "--weights", tiny_weights)
-    from_pipeline = run_embed(source, tmp_path / "pipeline.hdf5", "-p", tmp_path / "assembled")
+    from_weights = run_embed(source, tmp_path / "weights", "--weights", tiny_weights)
+    from_pipeline = run_embed(source, tmp_path / "pipeline", "-p", tmp_path / "assembled")
     assert from_weights.returncode == 0 and from_pipeline.returncode == 0, from_weights.stdout + from_pipeline.stdout
-    assert_same_file(tmp_path / "weights.hdf5", tmp_path / "pipeline.hdf5")
+    assert_same_output(tmp_path / "weights", tmp_path / "pipeline")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error where there is no CUDA GPU")
 def test_a_gpu_where_there_is_none_is_a_clear_error(tmp_path, tiny_weights):
     (tmp_path / "input.txt").write_text("one line\n", encoding="utf-8")
-    result = run_embed(tmp_path / "input.txt", tmp_path / "out.hdf5", "-w", tiny_weights, "--gpu-id", 0)
+    result = run_embed(tmp_path / "input.txt", tmp_path / "out", "-w", tiny_weights, "--gpu-id", 0)
     assert result.returncode == 1, result.stdout
     assert "gpu_id 0: no such CUDA GPU" in result.stdout and "leave --gpu-id at -1" in result.stdout
     assert "Traceback" not in result.stderr + result.stdout
-    assert not (tmp_path / "out.hdf5").exists() and not (tmp_path / "out.hdf5.shards").exists()
-
-
-def test_gpu_ids_one_worker_per_gpu(monkeypatch):
-    import queue
-
-    from spacy_elmo.corpus import embedding
-    from spacy_elmo.corpus.embedding import EmbedSettings, parse_gpu_ids, worker_devices
-
-    assert parse_gpu_ids("-1") == () and parse_gpu_ids("0") == (0,) and parse_gpu_ids("0,2") == (0, 2)
-    with pytest.raises(ValueError, match="ids separated by commas .* got 'gpu0'"):
-        parse_gpu_ids("gpu0")
-    assert (
-        worker_devices(2, (0, 2)) == [0, 2] and worker_devices(2, (1,)) == [1, 1] and worker_devices(2, ()) == [-1, -1]
-    )
-    for gpu_ids, processes, problem in (
-        ((0, 1), 3, "one worker process each: .* give 2, not 3"),
-        ((0, 0), 1, "distinct"),
-    ):
-        with pytest.raises(ValueError, match=problem):
-            embedding._check(EmbedSettings(weights="w", gpu_ids=gpu_ids), processes)
-    loaded = []
-    monkeypatch.setattr(embedding, "_load", lambda settings, gpu_id: loaded.append(gpu_id) or f"nlp on {gpu_id}")
-    devices = queue.Queue()
-    for device in worker_devices(2, (0, 2)):
-        devices.put(device)
-    for _ in range(2):  # what each new worker process does first
-        embedding._start_worker(EmbedSettings(weights="w", gpu_ids=(0, 2)), 1, devices)
-    assert loaded == [0, 2] and embedding._WORKER["nlp"] == "nlp on 2"
-
-
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-def test_one_worker_per_gpu_writes_what_one_gpu_writes(tmp_path, tiny_weights):
-    source = tmp_path / "input.txt"
-    source.write_text("\n".join(LINES * 4) + "\n", encoding="utf-8")
-    one = run_embed(source, tmp_path / "one.hdf5", "-w", tiny_weights, "--gpu-id", 0, "--shard-lines", 3)
-    two = run_embed(source, tmp_path / "two.hdf5", "-w", tiny_weights, "--gpu-id", "0,1", "--shard-lines", 3)
-    assert one.returncode == 0 and two.returncode == 0, one.stdout + two.stdout
-    assert_same_file(tmp_path / "one.hdf5", tmp_path / "two.hdf5")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_pipeline_or_weights(tmp_path, pipeline, tiny_weights):
-    from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
-
     (tmp_path / "input.txt").write_text("one line\n", encoding="utf-8")
     for settings, problem in (
         (EmbedSettings(), "not neither"),
@@ -140,84 +230,51 @@ def test_a_pipeline_or_weights(tmp_path, pipeline, tiny_weights):
         (EmbedSettings(str(pipeline), lang="de"), "lang \\('de'\\) goes with --weights"),
     ):
         with pytest.raises(ValueError, match=problem):
-            embed_corpus(tmp_path / "input.txt", tmp_path / "out.hdf5", settings, progress=False)
+            embed_corpus(tmp_path / "input.txt", tmp_path / "out", settings, progress=False)
 
 
 def test_embed_writes_every_layer_whatever_the_store(tmp_path, tiny_weights):
-    from spacy_elmo.corpus.embedding import EmbedSettings, _load
+    from spacy_elmo.corpus.embedding import load_pipeline
 
     make_nlp(tiny_weights, store="mix", store_dtype="float16").to_disk(tmp_path / "mixed")
-    doc = _load(EmbedSettings(str(tmp_path / "mixed")))("A line to embed.")
+    doc = load_pipeline(EmbedSettings(str(tmp_path / "mixed")))("A line to embed.")
     assert doc._.elmo_data.dtype == np.float32
     np.testing.assert_array_equal(doc._.elmo_data, make_nlp(tiny_weights)("A line to embed.")._.elmo_data)
 
 
-def read_all(path):
-    with h5py.File(path, "r") as handle:
-        return {name: handle[name][()] for name in handle}
+def test_a_killed_run_resumes_without_recomputing_finished_blocks(
+    tmp_path, pipeline, corpus_file, in_process, monkeypatch
+):
+    from spacy_elmo.corpus import worker
 
-
-def assert_same_file(a, b):
-    left, right = read_all(a), read_all(b)
-    assert left.keys() == right.keys()
-    for name in left:
-        np.testing.assert_array_equal(left[name], right[name])
-
-
-CORPUS = [f"Line {i} of the corpus , with {'many ' * (i % 7)}words ." for i in range(23)] + [
-    "",
-    "Line 3 of the corpus , with words .",
-]
-
-
-@pytest.mark.slow
-def test_two_processes_in_shards_equal_one_process(tmp_path, pipeline):
-    (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
-    single = run_embed(tmp_path / "corpus.txt", tmp_path / "single.hdf5", "-p", pipeline)
-    sharded = run_embed(
-        tmp_path / "corpus.txt", tmp_path / "sharded.hdf5", "-p", pipeline, "--processes", 2, "--shard-lines", 4
-    )
-    assert single.returncode == 0 and sharded.returncode == 0, sharded.stdout
-    assert_same_file(tmp_path / "single.hdf5", tmp_path / "sharded.hdf5")
-    assert len(read_all(tmp_path / "sharded.hdf5")) == len(CORPUS) + 1
-    assert not (tmp_path / "sharded.hdf5.shards").exists()
-
-
-def test_a_killed_run_resumes_without_recomputing_finished_shards(tmp_path, pipeline, monkeypatch):
-    from spacy_elmo.corpus import embedding
-    from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
-
-    (tmp_path / "corpus.txt").write_text("\n".join(CORPUS) + "\n")
-    settings = EmbedSettings(str(pipeline), shard_lines=5)
-    embed_corpus(tmp_path / "corpus.txt", tmp_path / "reference.hdf5", settings, progress=False)
-    computed = []
-    real_write = embedding.write_embeddings
+    settings = EmbedSettings(str(pipeline), block_lines=4)
+    real_write = worker.write_embeddings
 
     def write_then_die(nlp, lines, path, first, *args):
-        if len(computed) == 2:
-            raise KeyboardInterrupt  # the kill, in the middle of the third shard
-        computed.append(first)
-        real_write(nlp, lines, path, first, *args)
+        if first == 8:
+            raise KeyboardInterrupt  # the kill, in the middle of the third block
+        return real_write(nlp, lines, path, first, *args)
 
-    monkeypatch.setattr(embedding, "write_embeddings", write_then_die)
+    monkeypatch.setattr(worker, "write_embeddings", write_then_die)
     with pytest.raises(KeyboardInterrupt):
-        embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", settings, progress=False)
-    shards = tmp_path / "out.hdf5.shards"
-    assert sorted(p.name for p in shards.glob("shard-*")) == ["shard-00000.hdf5", "shard-00001.hdf5"]
-    assert not (tmp_path / "out.hdf5").exists()
-    computed.clear()
-    monkeypatch.setattr(embedding, "write_embeddings", lambda *a: (computed.append(a[3]), real_write(*a))[1])
-    embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", settings, progress=False)
-    assert computed == [10, 15, 20]  # only the missing shards, by their first line
-    assert_same_file(tmp_path / "reference.hdf5", tmp_path / "out.hdf5")
+        embed_corpus(corpus_file, tmp_path / "out", settings, progress=False)
+    blocks = sorted(p.name for p in (tmp_path / "out" / "blocks").iterdir())
+    assert blocks == ["block-00000.hdf5", "block-00001.hdf5"], "finished blocks kept, no temporary left"
+    assert not (tmp_path / "out" / "index.json").exists()
+    with pytest.raises(ValueError, match="has no index.json: the run is unfinished"):
+        EmbeddedCorpus(tmp_path / "out")
+    monkeypatch.setattr(worker, "write_embeddings", real_write)
+    report = embed_corpus(corpus_file, tmp_path / "out", settings, progress=False)
+    assert [figures["block"] for figures in report.computed] == [2, 3, 4, 5, 6], "only the missing blocks"
+    assert_same_output(in_process, tmp_path / "out")
 
 
-def test_shards_of_another_run_are_not_mixed_in(tmp_path, pipeline):
-    from spacy_elmo.corpus.embedding import EmbedSettings, embed_corpus
-
-    (tmp_path / "corpus.txt").write_text("one\ntwo\nthree\n")
-    (tmp_path / "out.hdf5.shards").mkdir()
-    (tmp_path / "out.hdf5.shards" / "manifest.json").write_text(json.dumps({"input": "other.txt", "lines": 99}))
-    with pytest.raises(ValueError, match="holds the shards of another run .*remove the folder"):
-        embed_corpus(tmp_path / "corpus.txt", tmp_path / "out.hdf5", EmbedSettings(str(pipeline)), progress=False)
-    assert not (tmp_path / "out.hdf5").exists()
+def test_a_run_with_other_settings_is_refused(tmp_path, pipeline, corpus_file):
+    embed_corpus(corpus_file, tmp_path / "out", EmbedSettings(str(pipeline), block_lines=4), progress=False)
+    before = datasets(tmp_path / "out")[1]
+    with pytest.raises(ValueError, match=r"holds the embeddings of another run \(different block_lines\)"):
+        embed_corpus(corpus_file, tmp_path / "out", EmbedSettings(str(pipeline), block_lines=5), progress=False)
+    (tmp_path / "changed.txt").write_text("\n".join(CORPUS[:-1]) + "\n")
+    with pytest.raises(ValueError, match=r"different input, lines\)"):
+        embed_corpus(tmp_path / "changed.txt", tmp_path / "out", EmbedSettings(str(pipeline), block_lines=4))
+    assert datasets(tmp_path / "out")[1] == before

@@ -328,6 +328,56 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
     np.testing.assert_allclose(loss_values(tmp_path / "one"), loss_values(tmp_path / "two"), rtol=1e-6)
 
 
+def launcher(nodes: int, processes: int, node_rank: int, port: int) -> list:
+    """torchrun for one node of a job: a c10d rendezvous on 127.0.0.1, as on a cluster's head node."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nodes}",
+        f"--nproc_per_node={processes}",
+        f"--node_rank={node_rank}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{port}",
+        "--rdzv_id=two-node-test",
+        "--max_restarts=0",
+        "-m",
+        "training.pretrain",
+    ]
+
+
+@pytest.mark.slow
+def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path):
+    """torchrun --nnodes 2 (two launchers, one process each, gloo) = one node with two processes:
+    the same losses, bitwise, and the same weights."""
+    settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2, lr_schedule="warmup-cosine", warmup=0.5)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
+    one_node = subprocess.run(
+        launcher(1, 2, 0, 29541) + arguments(tmp_path / "one-node"), cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert one_node.returncode == 0, one_node.stderr[-3000:]
+    nodes = [
+        subprocess.Popen(
+            launcher(2, 1, rank, 29542) + arguments(tmp_path / "two-nodes"),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    errors = [node.communicate(timeout=300)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], errors[0][-2000:] + errors[1][-2000:]
+    assert losses(tmp_path / "two-nodes") == losses(tmp_path / "one-node")
+    one, two = load_bilm(tmp_path / "one-node" / "bilm"), load_bilm(tmp_path / "two-nodes" / "bilm")
+    assert all(torch.equal(one.state_dict()[k], two.state_dict()[k]) for k in one.state_dict())
+    checkpoints = tmp_path / "two-nodes" / "checkpoints"
+    trainer = json.loads((checkpoints / (checkpoints / "latest").read_text().strip() / "trainer.json").read_text())
+    assert trainer["world"] == 2, "two processes, one on each node"
+
+
 def test_exported_model_loads_in_the_component(corpus, tmp_path):
     train(config(corpus, max_steps=2), tmp_path / "run")
     exported = load_bilm(tmp_path / "run" / "bilm")

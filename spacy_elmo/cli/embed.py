@@ -1,4 +1,5 @@
-"""``embed``: every line of a text file through an ELMo pipeline into HDF5 (see ``corpus``)."""
+"""``embed``: every line of a corpus through an ELMo pipeline into a folder of HDF5 blocks (see
+``corpus.embedding``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from wasabi import msg
 
 from .app import app
 
-INPUT = typer.Argument(..., help="UTF-8 text, one sentence or paragraph per line.")
-OUTPUT = typer.Argument(..., help="HDF5 file to write: a dataset per line + sentence_to_index.")
+INPUT = typer.Argument(
+    ..., help="UTF-8 text, one sentence or paragraph per line; a folder of such files; or .parquet files."
+)
+OUTPUT = typer.Argument(..., help="Folder to write: blocks/ (HDF5, a dataset per line) and index.json.")
 PIPELINE = typer.Option(
     None, "--pipeline", "-p", help="A spaCy pipeline (directory or package) with an elmo component."
 )
@@ -39,24 +42,29 @@ PRECISION = typer.Option(
         "CPUs with VNNI/AMX; the least exact); see the docs on speed and precision. Default: the pipeline's setting."
     ),
 )
-PROCESSES = typer.Option(
-    1, "--processes", help="Worker processes, each with its own copy of the pipeline and cores/processes threads."
+BLOCK_LINES = typer.Option(
+    10000,
+    "--block-lines",
+    "--shard-lines",
+    help="Lines per block: the unit of work, of output files, of progress and of resuming after a kill.",
 )
-SHARD_LINES = typer.Option(
-    10000, "--shard-lines", help="Lines per shard: the unit of work, of progress and of resuming after a kill."
+TEXT_COLUMN = typer.Option("text", "--text-column", help="Parquet input: the column that holds the lines.")
+GPU_ID = typer.Option(-1, "--gpu-id", help="Without Ray: the GPU to run on (spacy.require_gpu); -1: the CPU.")
+RAY = typer.Option(False, "--ray", help="Run on a local Ray on this machine, started and stopped by the command.")
+RAY_ADDRESS = typer.Option(
+    None, "--ray-address", help="Run on the Ray cluster at this address (HOST:PORT of its head, or 'auto')."
 )
-GPU_ID = typer.Option(
-    "-1",
-    "--gpu-id",
-    help="The GPU to run on (spacy.require_gpu), or GPUs separated by commas (0,1): one worker "
-    "process on each; -1: the CPU.",
+WORKERS = typer.Option(1, "--workers", help="On Ray: actors, each holding the pipeline (an equal share of the CPUs).")
+GPUS_PER_WORKER = typer.Option(0.0, "--gpus-per-worker", help="On Ray: GPUs per actor (1: one actor per GPU).")
+MERGE_HDF5 = typer.Option(
+    None, "--merge-hdf5", help="Also write every line into this one HDF5 file (the original allennlp elmo layout)."
 )
 
 
 @app.command()
 def embed(
-    input_file: Path = INPUT,
-    output_file: Path = OUTPUT,
+    input_path: Path = INPUT,
+    output_folder: Path = OUTPUT,
     pipeline: str = PIPELINE,
     weights: str = WEIGHTS,
     lang: str = LANG,
@@ -64,15 +72,21 @@ def embed(
     tokenized: bool = TOKENIZED,
     batch_size: int = BATCH_SIZE,
     precision: str = PRECISION,
-    processes: int = PROCESSES,
-    shard_lines: int = SHARD_LINES,
-    gpu_id: str = GPU_ID,
+    block_lines: int = BLOCK_LINES,
+    text_column: str = TEXT_COLUMN,
+    gpu_id: int = GPU_ID,
+    ray: bool = RAY,
+    ray_address: str = RAY_ADDRESS,
+    workers: int = WORKERS,
+    gpus_per_worker: float = GPUS_PER_WORKER,
+    merge_hdf5: Path = MERGE_HDF5,
 ) -> None:
-    """Embed every line of a text file with an ELMo pipeline, or with biLM weights alone, into HDF5.
+    """Embed every line of a text file (or a folder of them, or Parquet) with an ELMo pipeline, or with
+    biLM weights alone, into a folder of HDF5 blocks and an index, here or on Ray.
 
-    Shards are written to OUTPUT.shards/ as they finish; after a kill, the same command computes only
-    the missing ones. The merged file equals a single-process run."""
-    from ..corpus.embedding import EmbedSettings, embed_corpus, parse_gpu_ids
+    Blocks are written as they finish; after a kill, the same command computes only the missing ones.
+    The files are the same bitwise however many workers made them."""
+    from ..corpus.embedding import EmbedSettings, Workers, embed_corpus
     from ..kernels.precision import check_precision
 
     try:
@@ -84,10 +98,15 @@ def embed(
             tokenized=tokenized,
             batch_size=batch_size,
             precision=precision and check_precision(precision),
-            shard_lines=shard_lines,
-            gpu_ids=parse_gpu_ids(gpu_id),
+            block_lines=block_lines,
+            text_column=text_column,
         )
-        count = embed_corpus(input_file, output_file, settings, processes=processes)
+        place = Workers(bool(ray or ray_address), ray_address, workers, gpus_per_worker, gpu_id)
+        report = embed_corpus(input_path, output_folder, settings, place, merge_into=merge_hdf5)
     except (OSError, ValueError, ImportError) as err:
         msg.fail("Embedding failed", str(err), exits=1)
-    msg.good(f"Wrote {count} lines to {output_file}")
+    msg.good(
+        f"Wrote {report.lines} lines in {report.blocks} blocks to {output_folder} ({len(report.computed)} blocks "
+        f"computed now, {report.blocks - len(report.computed)} there before)"
+        + (f"; merged into {merge_hdf5}" if merge_hdf5 else "")
+    )

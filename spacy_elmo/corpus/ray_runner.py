@@ -1,0 +1,101 @@
+"""Blocks embedded on Ray Data: a dataset of the blocks to compute, mapped by a pool of actors that
+each load the pipeline once (``map_batches`` with a callable class, one block per call).
+
+The dataset holds blocks, not lines: Ray Data does not number rows, and a block's file must hold
+exactly its lines for the index and for resuming, so each actor reads its block's lines from the
+input itself (on a cluster the input and the output folder are on storage every node sees). Ray
+schedules the actors (``num_gpus`` each; Ray sets their CUDA_VISIBLE_DEVICES), keeps them busy and
+holds back work the writers cannot take.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+from .blocks import Block
+from .settings import EmbedSettings, Workers
+from .worker import embed_block, load_pipeline
+
+INSTALL = 'pip install "spacy-elmo[ray]"'
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401  (Ray Data is its own part of the package)
+    except ImportError:
+        raise ImportError(f"--ray and --ray-address run on Ray, which is not installed: {INSTALL}") from None
+    return ray
+
+
+def run_on_ray(
+    todo: List[Block], output: Path, settings: EmbedSettings, workers: Workers, on_block: Callable[[Dict], None]
+) -> List[Dict[str, Any]]:
+    """Embed ``todo`` with ``workers.workers`` actors on a local Ray (started and stopped here) or on
+    the cluster at ``workers.address``; ``on_block`` gets each finished block's figures."""
+    ray = import_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=workers.address, logging_level=logging.WARNING, include_dashboard=False)
+    try:
+        ray.data.DataContext.get_current().enable_progress_bars = False  # ours counts lines
+        cpus = _cpus_per_worker(ray, workers.workers)
+        blocks = ray.data.from_items([asdict(block) for block in todo], override_num_blocks=len(todo))
+        figures = blocks.map_batches(
+            BlockEmbedder,
+            fn_constructor_kwargs={"settings": asdict(settings), "output": str(output), "threads": cpus},
+            batch_size=1,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=workers.workers),
+            num_cpus=cpus,
+            num_gpus=workers.gpus_per_worker or None,
+        )
+        computed = []
+        for row in figures.iter_rows():
+            computed.append({key: _plain(value) for key, value in row.items()})
+            on_block(computed[-1])
+        return computed
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _cpus_per_worker(ray: Any, workers: int) -> int:
+    """An equal share of the cluster's CPUs, at most what its largest node has (else unschedulable)."""
+    nodes = [node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]]
+    return int(max(1, min(max(nodes, default=1), sum(nodes) // workers)))
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+class BlockEmbedder:
+    """A Ray Data actor: the pipeline, loaded once; each call embeds one block and writes its file."""
+
+    def __init__(self, settings: Dict[str, Any], output: str, threads: int):
+        import ray
+        import torch
+
+        torch.set_num_threads(threads)
+        self.settings = EmbedSettings(**settings)
+        self.output = Path(output)
+        self.nlp = load_pipeline(self.settings, 0 if ray.get_gpu_ids() else -1)  # Ray shows it its GPUs from 0
+        self.node = ray.get_runtime_context().get_node_id()
+
+    def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
+        node = self.node
+        figures = [
+            {
+                **embed_block(self.nlp, Block(**{k: _plain(v) for k, v in row.items()}), self.output, self.settings),
+                "node": node,
+            }
+            for row in rows
+        ]
+        return {key: np.array([f[key] for f in figures]) for key in figures[0]}

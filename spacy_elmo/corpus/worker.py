@@ -1,0 +1,76 @@
+"""What one worker does, here or in a Ray actor: load the pipeline once, then embed blocks, each
+read from the input on its own and written atomically as its file of the output folder."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict
+
+from ..files import atomic_write
+from .blocks import Block, read_block
+from .hdf5_output import write_embeddings
+from .output_folder import block_file
+from .settings import EmbedSettings
+
+if TYPE_CHECKING:
+    from spacy.language import Language
+
+
+def load_pipeline(settings: EmbedSettings, gpu_id: int = -1) -> Language:
+    """The pipeline, on GPU ``gpu_id`` (-1: the CPU), writing every layer in float32."""
+    from ..pipeline.component import Elmo
+    from .gpus import use_gpu
+
+    use_gpu(gpu_id)
+    nlp = _pipeline(settings)
+    elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
+    if not elmo:
+        raise ValueError(f"The pipeline has no 'elmo' component (it has {nlp.pipe_names}).")
+    for pipe in elmo:
+        pipe.cfg.update(store="layers", store_dtype="float32")  # the files hold every layer, exact
+        if settings.precision is not None:
+            pipe.cfg["precision"] = settings.precision
+    return nlp
+
+
+def _pipeline(settings: EmbedSettings) -> Language:
+    import spacy
+
+    from ..pipeline.assembly import assemble_pipeline
+    from ..weights.native import CONFIG_FILE
+
+    if settings.weights is not None:
+        return assemble_pipeline(settings.weights, settings.lang)
+    assert settings.pipeline is not None  # _check: a pipeline where no weights are given
+    path = Path(settings.pipeline)
+    if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
+        raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")
+    return spacy.load(settings.pipeline)
+
+
+def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettings) -> Dict[str, Any]:
+    """Read, embed and write one block, atomically; its figures."""
+    started = time.perf_counter()
+    lines = read_block(block, settings.text_column)
+    tokens = []
+    atomic_write(
+        block_file(output, block.number),
+        lambda path: tokens.append(
+            write_embeddings(
+                nlp, lines, path, block.first_line, settings.layers, settings.tokenized, settings.batch_size
+            )
+        ),
+    )
+    return {
+        "block": block.number,
+        "lines": block.lines,
+        "tokens": tokens[0],
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
