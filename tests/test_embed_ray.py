@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from test_embed_cli import (  # noqa: F401  (fixtures)
@@ -52,24 +53,62 @@ def test_a_two_node_cluster_writes_what_one_process_writes(tmp_path, pipeline, c
     assert_same_output(in_process, tmp_path / "out")
 
 
-def test_killing_the_driver_loses_no_finished_block(tmp_path, pipeline):  # noqa: F811
-    """500 blocks of 4 lines: the driver (and the local Ray it started) is killed once some are written."""
+BLOCKS = 200  # of 4 lines: time enough to kill a run midway
+
+
+def embed_on_ray_until_5_blocks(tmp_path, pipeline_path):
+    """A reference made here, then `embed --ray` in a subprocess, returned once 5 blocks are written:
+    (the subprocess, its blocks folder, the input, the settings)."""
     source = tmp_path / "corpus.txt"
-    source.write_text("\n".join(CORPUS * 80) + "\n", encoding="utf-8")
-    settings = EmbedSettings(str(pipeline), block_lines=4)
+    source.write_text("\n".join(CORPUS * (4 * BLOCKS // len(CORPUS))) + "\n", encoding="utf-8")
+    settings = EmbedSettings(str(pipeline_path), block_lines=4)
     embed_corpus(source, tmp_path / "reference", settings, progress=False)
-    command = [sys.executable, "-m", "spacy_elmo", "embed", str(source), str(tmp_path / "out"), "-p", str(pipeline)]
+    command = [sys.executable, "-m", "spacy_elmo", "embed", str(source), str(tmp_path / "out"), "-p", str(pipeline_path)]
     command += ["--block-lines", "4", "--ray", "--workers", "1"]
-    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     blocks = tmp_path / "out" / "blocks"
     deadline = time.time() + 120
     while len(list(blocks.glob("block-*.hdf5"))) < 5 and time.time() < deadline and driver.poll() is None:
         time.sleep(0.02)
+    return driver, blocks, source, settings
+
+
+def test_killing_the_driver_loses_no_finished_block(tmp_path, pipeline):  # noqa: F811
+    """The driver and the local Ray it started are killed; the rerun computes only the missing blocks."""
+    driver, blocks, source, settings = embed_on_ray_until_5_blocks(tmp_path, pipeline)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
     kept = {int(p.stem.split("-")[1]) for p in blocks.glob("block-*.hdf5")}
-    assert 5 <= len(kept) < 500, len(kept)
+    assert 5 <= len(kept) < BLOCKS, len(kept)
     report = embed_corpus(source, tmp_path / "out", settings, Workers(ray=True), progress=False)
     recomputed = sorted(figures["block"] for figures in report.computed)
-    assert recomputed == sorted(set(range(500)) - kept), "only the missing blocks"
+    assert recomputed == sorted(set(range(BLOCKS)) - kept), "only the missing blocks"
+    assert_same_output(tmp_path / "reference", tmp_path / "out")
+
+
+def ray_workers_embedding() -> list:
+    """The pids of Ray Data actors running BlockEmbedder (their process title names the class)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            title = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:  # not a process, or gone
+            continue
+        if entry.name.isdigit() and title.startswith("ray::") and "BlockEmbedder" in title:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process through /proc")
+def test_killing_a_worker_loses_no_finished_block(tmp_path, pipeline):  # noqa: F811
+    """Ray restarts the killed actor and retries its block; blocks finished before are not rewritten."""
+    driver, blocks, _, _ = embed_on_ray_until_5_blocks(tmp_path, pipeline)
+    workers = ray_workers_embedding()
+    finished = {p.name: p.stat().st_ino for p in blocks.glob("block-*.hdf5")}
+    assert len(workers) == 1 and 5 <= len(finished) < BLOCKS, (workers, len(finished))
+    os.kill(workers[0], signal.SIGKILL)
+    assert driver.wait(timeout=300) == 0, driver.stderr.read()[-3000:]
+    assert all(blocks.joinpath(name).stat().st_ino == inode for name, inode in finished.items()), "not rewritten"
     assert_same_output(tmp_path / "reference", tmp_path / "out")

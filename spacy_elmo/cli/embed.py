@@ -45,7 +45,6 @@ PRECISION = typer.Option(
 BLOCK_LINES = typer.Option(
     10000,
     "--block-lines",
-    "--shard-lines",
     help="Lines per block: the unit of work, of output files, of progress and of resuming after a kill.",
 )
 TEXT_COLUMN = typer.Option("text", "--text-column", help="Parquet input: the column that holds the lines.")

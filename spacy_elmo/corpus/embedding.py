@@ -73,7 +73,7 @@ def embed_corpus(
     write_index(output, plan, settings.layers)
     if merge_into is not None:
         merge_hdf5(output, merge_into)
-    return EmbedReport(plan.lines, len(plan.blocks), computed)
+    return EmbedReport(plan.lines, len(plan.blocks), [figures for figures in computed if figures["written"]])
 
 
 def _run(

@@ -53,24 +53,32 @@ def _pipeline(settings: EmbedSettings) -> Language:
 
 
 def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettings) -> Dict[str, Any]:
-    """Read, embed and write one block, atomically; its figures."""
-    started = time.perf_counter()
-    lines = read_block(block, settings.text_column)
-    tokens = []
-    atomic_write(
-        block_file(output, block.number),
-        lambda path: tokens.append(
-            write_embeddings(
-                nlp, lines, path, block.first_line, settings.layers, settings.tokenized, settings.batch_size
-            )
-        ),
-    )
+    """Read, embed and write one block, atomically; its figures. A block whose file exists (a task
+    retried after its worker died past the rename) is left as it is: ``written`` False."""
+    started, path = time.perf_counter(), block_file(output, block.number)
+    written = not path.is_file()
+    if written:
+        lines = read_block(block, settings.text_column)
+        atomic_write(
+            path,
+            lambda temporary: write_embeddings(
+                nlp, lines, temporary, block.first_line, settings.layers, settings.tokenized, settings.batch_size
+            ),
+        )
     return {
         "block": block.number,
         "lines": block.lines,
-        "tokens": tokens[0],
+        "tokens": _tokens_in(path),
+        "written": written,
         "seconds": time.perf_counter() - started,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
+
+
+def _tokens_in(path: Path) -> int:
+    import h5py
+
+    with h5py.File(path, "r") as block:
+        return int(block.attrs["tokens"])
