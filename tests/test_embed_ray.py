@@ -63,8 +63,8 @@ def embed_on_ray_until_5_blocks(tmp_path, pipeline_path):
     source.write_text("\n".join(CORPUS * (4 * BLOCKS // len(CORPUS))) + "\n", encoding="utf-8")
     settings = EmbedSettings(str(pipeline_path), block_lines=4)
     embed_corpus(source, tmp_path / "reference", settings, progress=False)
-    command = [sys.executable, "-m", "spacy_elmo", "embed", str(source), str(tmp_path / "out"), "-p", str(pipeline_path)]
-    command += ["--block-lines", "4", "--ray", "--workers", "1"]
+    command = [sys.executable, "-m", "spacy_elmo", "embed", str(source), str(tmp_path / "out")]
+    command += ["-p", str(pipeline_path), "--block-lines", "4", "--ray", "--workers", "1"]
     driver = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
