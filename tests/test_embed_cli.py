@@ -278,3 +278,20 @@ def test_a_run_with_other_settings_is_refused(tmp_path, pipeline, corpus_file):
     with pytest.raises(ValueError, match=r"different input, lines\)"):
         embed_corpus(tmp_path / "changed.txt", tmp_path / "out", EmbedSettings(str(pipeline), block_lines=4))
     assert datasets(tmp_path / "out")[1] == before
+
+
+def test_workers_get_absolute_paths(tmp_path, pipeline, corpus_file, monkeypatch):
+    """Ray actors do not run in the driver's working directory (on a cluster, not on its machine):
+    blocks name their file absolutely, and a pipeline given relatively reaches the actors resolved."""
+    from spacy_elmo.corpus.blocks import plan_blocks
+    from spacy_elmo.corpus.ray_runner import _absolute
+
+    for name, target in (("corpus.txt", corpus_file), ("pipeline", pipeline)):
+        (tmp_path / name).symlink_to(target)
+    monkeypatch.chdir(tmp_path)
+    plan = plan_blocks(Path("corpus.txt"), 4)
+    assert {block.path for block in plan.blocks} == {str(corpus_file.resolve())}
+    assert plan.files[0]["path"] == "corpus.txt", "the manifest keeps the path as given"
+    sent = _absolute(EmbedSettings("pipeline", block_lines=4))
+    assert sent["pipeline"] == str(pipeline.resolve()) and sent["block_lines"] == 4
+    assert _absolute(EmbedSettings(weights="original"))["weights"] == "original", "a name stays a name"

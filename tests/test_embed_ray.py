@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from test_embed_cli import (  # noqa: F401  (fixtures)
     CORPUS,
     assert_same_output,
@@ -112,3 +113,12 @@ def test_killing_a_worker_loses_no_finished_block(tmp_path, pipeline):  # noqa: 
     assert driver.wait(timeout=300) == 0, driver.stderr.read()[-3000:]
     assert all(blocks.joinpath(name).stat().st_ino == inode for name, inode in finished.items()), "not rewritten"
     assert_same_output(tmp_path / "reference", tmp_path / "out")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_one_actor_per_gpu_writes_what_one_process_on_a_gpu_writes(tmp_path, pipeline, corpus_file):  # noqa: F811
+    settings = EmbedSettings(str(pipeline), block_lines=4)
+    embed_corpus(corpus_file, tmp_path / "one-gpu", settings, Workers(gpu_id=0), progress=False)
+    gpus = torch.cuda.device_count()
+    embed_corpus(corpus_file, tmp_path / "on-ray", settings, Workers(ray=True, workers=gpus, gpus_per_worker=1))
+    assert_same_output(tmp_path / "one-gpu", tmp_path / "on-ray")

@@ -11,26 +11,23 @@ whoever embeds it, and the whole input is never held in memory.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 PARQUET_SUFFIX = ".parquet"
 
 
 @dataclass(frozen=True)
 class Block:
-    """Lines ``first_line .. first_line + lines - 1`` of the corpus, found in ``path`` at ``start``
-    (a byte offset in a text file, a row number in a Parquet file)."""
+    """Lines ``first_line .. first_line + lines - 1`` of the corpus, found in ``path`` (absolute:
+    workers may run elsewhere) at ``start`` (a byte offset in a text file, a row number in Parquet)."""
 
     number: int
     path: str
     start: int
     lines: int
     first_line: int
-
-    def as_row(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ def plan_blocks(source: Path, block_lines: int, text_column: str = "text") -> Co
         first = sum(block.lines for block in blocks)
         for k, start in enumerate(starts):
             size = min(block_lines, count - k * block_lines)
-            blocks.append(Block(len(blocks), str(path), start, size, first + k * block_lines))
+            blocks.append(Block(len(blocks), str(path.resolve()), start, size, first + k * block_lines))
     return CorpusPlan(blocks, files, text_column)
 
 
@@ -148,9 +145,3 @@ def _parquet_file(path: Path, text_column: str) -> Any:
     if text_column not in names:
         raise ValueError(f"{path} has no column {text_column!r} (it has {list(names)}); name it with --text-column.")
     return parquet
-
-
-def iter_lines(plan: CorpusPlan) -> Iterator[str]:
-    """Every line of the corpus in order, block by block."""
-    for block in plan.blocks:
-        yield from read_block(block, plan.text_column)

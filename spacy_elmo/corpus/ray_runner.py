@@ -48,7 +48,7 @@ def run_on_ray(
         blocks = ray.data.from_items([asdict(block) for block in todo], override_num_blocks=len(todo))
         figures = blocks.map_batches(
             BlockEmbedder,
-            fn_constructor_kwargs={"settings": asdict(settings), "output": str(output), "threads": cpus},
+            fn_constructor_kwargs={"settings": _absolute(settings), "output": str(output.resolve()), "threads": cpus},
             batch_size=1,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=workers.workers),
@@ -63,6 +63,14 @@ def run_on_ray(
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _absolute(settings: EmbedSettings) -> Dict[str, Any]:
+    """The settings with a pipeline or weights given as a relative path made absolute: actors do
+    not run in the driver's working directory."""
+    paths = {key: getattr(settings, key) for key in ("pipeline", "weights")}
+    absolute = {key: str(Path(value).resolve()) for key, value in paths.items() if value and Path(value).exists()}
+    return {**asdict(settings), **absolute}
 
 
 def _cpus_per_worker(ray: Any, workers: int) -> int:
