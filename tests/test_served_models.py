@@ -4,9 +4,9 @@ trained on lemmas, each served from 127.0.0.1 and used by name through `embed --
 
 import io
 import json
+import shutil
 import zipfile
 
-import h5py
 import numpy as np
 import pytest
 import spacy
@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import embed_sentences, import_original
 from spacy_elmo.cli import app
+from spacy_elmo.corpus.output_folder import EmbeddedCorpus
 from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, EFML, PublishedModel
 from spacy_elmo.hub.download import RemoteFile
 from spacy_elmo.weights.elmo_for_many_langs import import_efml
@@ -82,12 +83,13 @@ def served(fixture_dir, tmp_path, monkeypatch):
 
 
 def run_embed(tmp_path, lines, *options):
-    source, target = tmp_path / "input.txt", tmp_path / "vectors.hdf5"
+    source, target = tmp_path / "input.txt", tmp_path / "vectors"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    shutil.rmtree(target, ignore_errors=True)  # a test may embed twice
     result = CliRunner().invoke(app, ["embed", str(source), str(target), "--tokenized", *options])
     assert result.exit_code == 0, result.output
-    with h5py.File(target, "r") as output:
-        return [output[str(index)][...] for index in range(len(lines))]
+    with EmbeddedCorpus(target) as output:
+        return [output[index] for index in range(len(lines))]
 
 
 def test_an_nlpl_zip_by_name_matches_the_original_biLM(served, fixture_dir, fixture_sentences, tmp_path):
