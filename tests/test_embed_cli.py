@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -135,9 +136,7 @@ def test_a_folder_and_parquet_give_the_lines_of_the_text_file(tmp_path, pipeline
     (tmp_path / "parquet").mkdir()
     table = pa.table({"id": list(range(len(CORPUS))), "body": CORPUS})
     pq.write_table(table, tmp_path / "parquet" / "part-0.parquet", row_group_size=3)  # groups across blocks
-    embed_corpus(
-        tmp_path / "parquet", tmp_path / "from-parquet", EmbedSettings(**{**vars(settings), "text_column": "body"})
-    )
+    embed_corpus(tmp_path / "parquet", tmp_path / "from-parquet", replace(settings, text_column="body"), progress=False)
     assert_same_output(in_process, tmp_path / "from-parquet")
     with pytest.raises(
         ValueError, match=r"has no column 'text' \(it has \['id', 'body'\]\); name it with --text-column"
@@ -280,18 +279,19 @@ def test_a_run_with_other_settings_is_refused(tmp_path, pipeline, corpus_file):
     assert datasets(tmp_path / "out")[1] == before
 
 
-def test_workers_get_absolute_paths(tmp_path, pipeline, corpus_file, monkeypatch):
+def test_workers_get_absolute_paths(tmp_path, pipeline, tiny_weights, corpus_file, monkeypatch):
     """Ray actors do not run in the driver's working directory (on a cluster, not on its machine):
-    blocks name their file absolutely, and a pipeline given relatively reaches the actors resolved."""
+    blocks name their file absolutely, and a pipeline or weights given relatively reach them resolved."""
     from spacy_elmo.corpus.blocks import plan_blocks
-    from spacy_elmo.corpus.ray_runner import _absolute
+    from spacy_elmo.corpus.embedding import for_workers
 
-    for name, target in (("corpus.txt", corpus_file), ("pipeline", pipeline)):
+    for name, target in (("corpus.txt", corpus_file), ("pipeline", pipeline), ("weights", tiny_weights)):
         (tmp_path / name).symlink_to(target)
     monkeypatch.chdir(tmp_path)
     plan = plan_blocks(Path("corpus.txt"), 4)
     assert {block.path for block in plan.blocks} == {str(corpus_file.resolve())}
     assert plan.files[0]["path"] == "corpus.txt", "the manifest keeps the path as given"
-    sent = _absolute(EmbedSettings("pipeline", block_lines=4))
-    assert sent["pipeline"] == str(pipeline.resolve()) and sent["block_lines"] == 4
-    assert _absolute(EmbedSettings(weights="original"))["weights"] == "original", "a name stays a name"
+    sent = for_workers(EmbedSettings("pipeline", block_lines=4))
+    assert sent.pipeline == str(pipeline.resolve()) and sent.block_lines == 4 and sent.weights is None
+    assert for_workers(EmbedSettings(weights="weights")).weights == str(tiny_weights.resolve())
+    assert for_workers(EmbedSettings("en_core_web_sm")).pipeline == "en_core_web_sm", "a package name stays a name"

@@ -112,7 +112,8 @@ def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
     scores = perplexity(session.loss_module, session.dev, session.processes.device)
     improved = scores["average"] < (state["best_dev"] or math.inf)
     state["evaluations_since_best"] = 0 if improved else state.get("evaluations_since_best", 0) + 1
-    state["best_dev"] = min(scores["average"], state["best_dev"] or math.inf)
+    if improved:
+        state["best_dev"] = scores["average"]
     record = _dev_record(state, scores, f"subset: the first {session.cfg.eval_tokens:,} tokens of dev", "dev")
     log.write(**record)
     if improved:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from ..hub.download import sha256_of
+
 PARQUET_SUFFIX = ".parquet"
 
 
@@ -87,7 +89,8 @@ def read_block(block: Block, text_column: str = "text") -> List[str]:
 
 
 def _text_starts(path: Path, block_lines: int, text_column: str) -> Tuple[List[int], int, str]:
-    """Byte offsets of the lines that start blocks, the line count and the file's sha256."""
+    """Byte offsets of the lines that start blocks, the line count and the file's sha256 (hashed in the
+    same pass that checks the UTF-8 and counts the lines, so the file is read once)."""
     digest, starts, offset, count = hashlib.sha256(), [], 0, 0
     with open(path, "rb") as stream:
         for raw in stream:
@@ -111,11 +114,7 @@ def _decode(raw: bytes, path: Path, number: int) -> str:
 def _parquet_starts(path: Path, block_lines: int, text_column: str) -> Tuple[List[int], int, str]:
     """Row numbers that start blocks, the row count and the file's sha256."""
     metadata = _parquet_file(path, text_column).metadata
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return list(range(0, metadata.num_rows, block_lines)), metadata.num_rows, digest.hexdigest()
+    return list(range(0, metadata.num_rows, block_lines)), metadata.num_rows, sha256_of(path)
 
 
 def _parquet_rows(path: Path, text_column: str, start: int, count: int) -> List[str]:

@@ -58,14 +58,14 @@ def embed_corpus(
     there are kept. ``merge_into``: also write everything into that one HDF5 file."""
     _check(settings, workers)
     plan = plan_blocks(source, settings.block_lines, settings.text_column)
-    runtime = _with_local_weights(settings)  # downloaded once, here, not by every worker
+    runtime = for_workers(settings)
     fresh = not Path(output).exists()
     prepare_folder(output, _manifest(plan, settings))
     todo = missing_blocks(output, plan)
     done = plan.lines - sum(block.lines for block in todo)
     try:
         with progress_bar(total=plan.lines, initial=done, unit="line", desc="Embedding", disable=not progress) as bar:
-            computed = _run(todo, Path(output), runtime, workers, lambda figures: bar.update(figures["lines"]))
+            computed = _run(todo, Path(output).resolve(), runtime, workers, lambda f: bar.update(f["lines"]))
     except BaseException:
         if fresh and len(missing_blocks(output, plan)) == len(plan.blocks):
             shutil.rmtree(output, ignore_errors=True)  # nothing done: leave nothing behind
@@ -137,9 +137,13 @@ def _manifest(plan: CorpusPlan, settings: EmbedSettings) -> Dict[str, Any]:
     return json.loads(json.dumps(manifest))  # as read back from the file
 
 
-def _with_local_weights(settings: EmbedSettings) -> EmbedSettings:
-    if settings.weights is None:
-        return settings
+def for_workers(settings: EmbedSettings) -> EmbedSettings:
+    """The settings workers load with: weights given by name or URL downloaded once, here, and a
+    pipeline or weights path made absolute (Ray actors do not run in this working directory)."""
     from ..hub.cache import resolve_weights
 
-    return replace(settings, weights=str(resolve_weights(settings.weights)))
+    weights = settings.weights and str(resolve_weights(settings.weights).resolve())
+    pipeline = settings.pipeline
+    if pipeline and Path(pipeline).exists():  # else a package name, for spacy.load
+        pipeline = str(Path(pipeline).resolve())
+    return replace(settings, weights=weights, pipeline=pipeline)

@@ -56,6 +56,14 @@ def write_embeddings(
     return tokens
 
 
+def tokens_in(path: Path) -> int:
+    """The token count a file written by ``write_embeddings`` records."""
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        return int(handle.attrs["tokens"])
+
+
 def sentence_index(lines: List[str], first_index: int = 0) -> Dict[str, str]:
     """Line text -> dataset name (a repeated line: its last)."""
     return {line: str(first_index + i) for i, line in enumerate(lines)}

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..files import atomic_write, atomic_write_json
 from .blocks import Block, CorpusPlan
-from .hdf5_output import SENTENCE_INDEX
+from .hdf5_output import SENTENCE_INDEX, tokens_in
 
 MANIFEST = "manifest.json"
 INDEX = "index.json"
@@ -57,19 +57,15 @@ def missing_blocks(folder: Path, plan: CorpusPlan) -> List[Block]:
 
 def write_index(folder: Path, plan: CorpusPlan, layers: str) -> Dict[str, Any]:
     """``index.json`` from the finished block files' own attributes, atomically."""
-    import h5py
-
     blocks = []
     for block in plan.blocks:
         path = block_file(folder, block.number)
-        with h5py.File(path, "r") as part:
-            tokens = int(part.attrs["tokens"])
         blocks.append(
             {
                 "file": str(path.relative_to(folder)),
                 "first_line": block.first_line,
                 "lines": block.lines,
-                "tokens": tokens,
+                "tokens": tokens_in(path),
             }
         )
     index = {"format": FORMAT, "layers": layers, "lines": plan.lines, "blocks": blocks}

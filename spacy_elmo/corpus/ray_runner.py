@@ -37,7 +37,8 @@ def run_on_ray(
     todo: List[Block], output: Path, settings: EmbedSettings, workers: Workers, on_block: Callable[[Dict], None]
 ) -> List[Dict[str, Any]]:
     """Embed ``todo`` with ``workers.workers`` actors on a local Ray (started and stopped here) or on
-    the cluster at ``workers.address``; ``on_block`` gets each finished block's figures."""
+    the cluster at ``workers.address``; ``on_block`` gets each finished block's figures. ``output``
+    and the paths in ``settings`` are absolute (embedding.for_workers)."""
     ray = import_ray()
     started_here = not ray.is_initialized()
     if started_here:
@@ -48,7 +49,7 @@ def run_on_ray(
         blocks = ray.data.from_items([asdict(block) for block in todo], override_num_blocks=len(todo))
         figures = blocks.map_batches(
             BlockEmbedder,
-            fn_constructor_kwargs={"settings": _absolute(settings), "output": str(output.resolve()), "threads": cpus},
+            fn_constructor_kwargs={"settings": asdict(settings), "output": str(output), "threads": cpus},
             batch_size=1,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=workers.workers),
@@ -63,14 +64,6 @@ def run_on_ray(
     finally:
         if started_here:
             ray.shutdown()
-
-
-def _absolute(settings: EmbedSettings) -> Dict[str, Any]:
-    """The settings with a pipeline or weights given as a relative path made absolute: actors do
-    not run in the driver's working directory."""
-    paths = {key: getattr(settings, key) for key in ("pipeline", "weights")}
-    absolute = {key: str(Path(value).resolve()) for key, value in paths.items() if value and Path(value).exists()}
-    return {**asdict(settings), **absolute}
 
 
 def _cpus_per_worker(ray: Any, workers: int) -> int:
@@ -97,13 +90,8 @@ class BlockEmbedder:
         self.node = ray.get_runtime_context().get_node_id()
 
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
-        node = self.node
-        figures = [
-            {
-                **embed_block(self.nlp, Block(**{k: _plain(v) for k, v in row.items()}), self.output, self.settings),
-                "node": node,
-            }
-            for row in rows
-        ]
+        figures = []
+        for values in zip(*batch.values()):
+            block = Block(**{key: _plain(value) for key, value in zip(batch, values)})
+            figures.append({**embed_block(self.nlp, block, self.output, self.settings), "node": self.node})
         return {key: np.array([f[key] for f in figures]) for key in figures[0]}

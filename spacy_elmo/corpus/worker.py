@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict
 
 from ..files import atomic_write
 from .blocks import Block, read_block
-from .hdf5_output import write_embeddings
+from .hdf5_output import tokens_in, write_embeddings
 from .output_folder import block_file
 from .settings import EmbedSettings
 
@@ -57,18 +57,11 @@ def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettin
     retried after its worker died past the rename) is left as it is: ``written`` False."""
     started, path = time.perf_counter(), block_file(output, block.number)
     written = not path.is_file()
-    if written:
-        lines = read_block(block, settings.text_column)
-        atomic_write(
-            path,
-            lambda temporary: write_embeddings(
-                nlp, lines, temporary, block.first_line, settings.layers, settings.tokenized, settings.batch_size
-            ),
-        )
+    tokens = _write_block(nlp, block, path, settings) if written else tokens_in(path)
     return {
         "block": block.number,
         "lines": block.lines,
-        "tokens": _tokens_in(path),
+        "tokens": tokens,
         "written": written,
         "seconds": time.perf_counter() - started,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -77,8 +70,15 @@ def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettin
     }
 
 
-def _tokens_in(path: Path) -> int:
-    import h5py
-
-    with h5py.File(path, "r") as block:
-        return int(block.attrs["tokens"])
+def _write_block(nlp: Language, block: Block, path: Path, settings: EmbedSettings) -> int:
+    """The block's file, written atomically; its token count."""
+    lines, tokens = read_block(block, settings.text_column), []
+    atomic_write(
+        path,
+        lambda temporary: tokens.append(
+            write_embeddings(
+                nlp, lines, temporary, block.first_line, settings.layers, settings.tokenized, settings.batch_size
+            )
+        ),
+    )
+    return tokens[0]
