@@ -6,9 +6,11 @@ token (the HDF5 blocks, and the same vectors as Parquet), and a check that all o
 
 The pipeline: blank English + sentencizer + elmo with full-size weights (the peer's converted
 random weights when --peer is given, else random `original`-preset weights), built once under
-bench/out. Input: the first --lines lines of shared/data/corpus/valid.txt, in 8 blocks. Each way
-runs in a fresh process, timed from its start to its end (loading the pipeline, and starting and
-stopping Ray, included). Writes bench/results/embed-cpu.json and the embed section of BENCHMARKS.md.
+bench/out. With --peer (../shared/tools/peer-allennlp/setup.sh PEER_DIR), AllenNLP's `Elmo` runs
+the same sentences on the same weights in the same run, and the table gives ours against it.
+Input: the first --lines lines of shared/data/corpus/valid.txt, in 8 blocks. Each way runs in a
+fresh process, timed from its start to its end (loading the pipeline, and starting and stopping
+Ray, included). Writes bench/results/embed-cpu.json and the embed section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from bench_peer import CORPUS, OUT, RESULTS, converted_weights, machine
+from bench_peer import CORPUS, OUT, RESULTS, converted_weights, machine, run_peer
 from report import write_section
 
 WAYS = {
@@ -56,7 +58,7 @@ print(started - start, time.perf_counter() - started)
 def pipeline_dir(peer) -> Path:
     import spacy
 
-    target = OUT / "embed-pipeline"
+    target = OUT / ("embed-pipeline-peer-weights" if peer else "embed-pipeline")
     if not (target / "config.cfg").is_file():
         if peer:
             weights = converted_weights(Path(peer))
@@ -148,6 +150,25 @@ def hdf5_gzip_size(arrays: List) -> int:
     return path.stat().st_size
 
 
+def peer_row(peer: Path, lines: List[str], ours: Dict) -> Dict:
+    """AllenNLP's `Elmo` on the same sentences (as our pipeline cuts and tokenizes them), same weights,
+    same threads, in its own process: words/s, the median of 3 runs after a warm-up, loading excluded;
+    set against ours inside its blocks (loading excluded too; reading, spaCy and writing included)."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    sentences = [[token.text for token in sent] for doc in nlp.pipe(lines) for sent in doc.sents]
+    sentences_file = OUT / "embed-peer-sentences.json"
+    sentences_file.write_text(json.dumps(sentences))
+    result = run_peer(peer, sentences_file, "plain", 3, os.cpu_count() or 1)
+    return {
+        "peer_words_per_s": result["words_per_s"],
+        "peer_words": sum(map(len, sentences)),
+        "ours_in_blocks_over_peer": ours["words_per_s_in_blocks"] / result["words_per_s"],
+    }
+
+
 def same_outputs(folders: List[Path]) -> bool:
     import h5py
     import numpy as np
@@ -171,7 +192,7 @@ def same_outputs(folders: List[Path]) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=400)
-    parser.add_argument("--peer", help="use the peer's full-size weights (bench_peer.py)")
+    parser.add_argument("--peer", help="the peer's folder (setup.sh): its weights, and the peer itself beside ours")
     args = parser.parse_args()
     lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
     source = OUT / "embed-input.txt"
@@ -189,8 +210,11 @@ def main() -> None:
         float,
         subprocess.run([sys.executable, "-c", RAY_START], check=True, capture_output=True, text=True).stdout.split(),
     )
+    peer = peer_row(Path(args.peer), lines[: args.lines], rows[0]) if args.peer else None
     report = {
         "machine": machine(os.cpu_count() or 1),
+        "weights": "the peer's full-size random weights, converted" if args.peer else "random original preset",
+        "peer": peer,
         "date": time.strftime("%Y-%m-%d"),
         "lines": args.lines,
         "block_lines": block_lines,
@@ -207,24 +231,46 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
+def _over_peer(report: dict, row: dict) -> str:
+    peer = report.get("peer")
+    return f"{row['words_per_s_in_blocks'] / peer['peer_words_per_s']:.2f}x" if peer else "no peer"
+
+
+def peer_lines(report: dict) -> List[str]:
+    peer = report.get("peer")
+    if not peer:
+        return ["No peer in this run (`--peer PEER_DIR` adds AllenNLP's `Elmo` on the same sentences).", ""]
+    return [
+        f"The peer in the same run: AllenNLP's `Elmo` on the same {peer['peer_words']:,} words (cut into sentences "
+        f"and tokenized as our pipeline does), the same weights and {os.cpu_count()} threads, batches of 64, "
+        f"loading excluded: {peer['peer_words_per_s']:,.0f} words/s. Ours in this process, inside its blocks "
+        f"(loading excluded; reading, spaCy and writing HDF5 included): "
+        f"{report['rows'][0]['words_per_s_in_blocks']:,.0f} words/s, "
+        f"{peer['ours_in_blocks_over_peer']:.2f}x the peer's.",
+        "",
+    ]
+
+
 def update_markdown(report: dict) -> None:
     sizes = report["bytes_per_token"]
     lines = [
         f"### `embed` over a corpus: in this process and on Ray ({report['date']})",
         "",
-        f"Machine: {report['machine']}. Full-size weights (93.6M parameters), exact fp32, every layer; "
+        f"Machine: {report['machine']}. Full-size weights (93.6M parameters; {report['weights']}), exact fp32, "
+        "every layer; "
         f"{report['lines']} lines ({report['rows'][0]['tokens']:,} tokens) of shared/data/corpus/valid.txt in blocks "
         f"of {report['block_lines']} lines; wall time of a fresh process doing the whole run (loading the pipeline "
-        "in each worker, starting and stopping the local Ray). Command: `python bench/bench_embed.py`.",
+        "in each worker, starting and stopping the local Ray). Command: `python bench/bench_embed.py"
+        + (" --peer PEER_DIR`." if report.get("peer") else "`."),
         "",
         "| way | workers | wall time (s) | words/s | words/s per worker | in blocks: words/s | in blocks: "
-        "words/s per worker | outside blocks (s) | peak memory per worker (MiB) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "words/s per worker | in blocks / peer | outside blocks (s) | peak memory per worker (MiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(
             f"| {r['way']} | {r['workers']} | {r['seconds']:.1f} | {r['words_per_s']:,.0f} | "
             f"{r['words_per_s_per_worker']:,.0f} | {r['words_per_s_in_blocks']:,.0f} | "
-            f"{r['words_per_s_in_blocks_per_worker']:,.0f} | {r['seconds_outside_blocks']:.1f} | "
-            f"{r['peak_rss_mib_per_worker']:,.0f} |"
+            f"{r['words_per_s_in_blocks_per_worker']:,.0f} | {_over_peer(report, r)} | "
+            f"{r['seconds_outside_blocks']:.1f} | {r['peak_rss_mib_per_worker']:,.0f} |"
             for r in report["rows"]
         ),
         "",
@@ -232,6 +278,7 @@ def update_markdown(report: dict) -> None:
         "per worker: over all workers' time there. Outside blocks: the rest of the wall time (start-up, "
         "loading the pipeline, Ray, planning, the index).",
         "",
+        *peer_lines(report),
         f"Ray's own cost: {report['ray_start_s']:.1f} s to start a local Ray and run a first task, "
         f"{report['ray_stop_s']:.1f} s to stop it. All outputs equal bitwise: {report['all_outputs_equal']}.",
         "",
