@@ -69,7 +69,6 @@ def ours(spec: dict) -> dict:
     """One configuration of ours, in this process: words/s of nlp.pipe over the workload."""
     import spacy
     import torch
-    from spacy.tokens import Doc
 
     torch.set_num_threads(spec["threads"])
     sentences = json.loads(Path(spec["sentences"]).read_text())
@@ -80,20 +79,8 @@ def ours(spec: dict) -> dict:
 
     bilm = get_bilm(nlp.get_pipe("elmo").model)
     bilm.token_cache.capacity = 20000 if spec["cache"] else 0
-    docs = lambda: [Doc(nlp.vocab, words=s) for s in sentences]  # noqa: E731
-    times = []
-    for _ in range(spec["repeats"] + 1):  # the first is a warm-up (and fills the cache when on)
-        batch = docs()
-        start = time.perf_counter()
-        for _ in nlp.pipe(batch, batch_size=1000):
-            pass
-        times.append(time.perf_counter() - start)
-    words = sum(len(s) for s in sentences)
-    median = statistics.median(times[1:])
     report = {
-        "words": words,
-        "median_s": median,
-        "words_per_s": words / median,
+        **time_pipe(nlp, sentences, spec["repeats"]),
         "peak_rss_mb": peak_rss_mb(),
         "distinct_share": distinct_share(sentences, nlp.get_pipe("elmo").cfg["max_batch_tokens"]),
     }
@@ -101,6 +88,24 @@ def ours(spec: dict) -> dict:
     if spec["precision"] != "fp32":
         report["error"] = error_against_fp32(bilm, sentences, spec["precision"])
     return report
+
+
+def time_pipe(nlp, sentences: list, repeats: int, synchronize=lambda: None) -> dict:
+    """words/s of ``nlp.pipe`` over docs of ``sentences``: the median of ``repeats`` runs after a
+    warm-up (which fills the token cache when it is on); ``synchronize`` before each clock start."""
+    from spacy.tokens import Doc
+
+    times = []
+    for _ in range(repeats + 1):
+        docs = [Doc(nlp.vocab, words=s) for s in sentences]
+        synchronize()
+        start = time.perf_counter()
+        for _ in nlp.pipe(docs, batch_size=1000):
+            pass
+        times.append(time.perf_counter() - start)
+    words = sum(len(s) for s in sentences)
+    median = statistics.median(times[1:])
+    return {"words": words, "median_s": median, "words_per_s": words / median}
 
 
 def distinct_share(sentences: list, max_batch_tokens: int) -> float:
@@ -115,14 +120,14 @@ def distinct_share(sentences: list, max_batch_tokens: int) -> float:
     return distinct / tokens
 
 
-def error_against_fp32(bilm, sentences, precision: str) -> list:
+def error_against_fp32(bilm, sentences, precision: str, max_batch_tokens: int = 4096) -> list:
     """Per layer: max |reduced - fp32| and the lowest and mean cosine of a token's two vectors."""
     from spacy_elmo import embed_sentences
 
     bilm.precision = "fp32"
-    exact = embed_sentences(bilm, sentences)
+    exact = embed_sentences(bilm, sentences, max_batch_tokens=max_batch_tokens)
     bilm.precision = precision
-    return layer_errors(exact, embed_sentences(bilm, sentences))
+    return layer_errors(exact, embed_sentences(bilm, sentences, max_batch_tokens=max_batch_tokens))
 
 
 def layer_errors(exact: list, reduced: list) -> list:
@@ -150,7 +155,8 @@ def run_ours(spec: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads: int) -> dict:
+def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads: int, device: str = "cpu") -> dict:
+    """The peer's RESULT for one workload and mode, run by its own Python (PEER/venv) on ``device``."""
     environment = {**os.environ, "PYTHONPATH": str(PEER_TOOLS / "stubs")}
     command = [
         str(peer / "venv" / "bin" / "python"),
@@ -165,6 +171,8 @@ def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads:
         str(repeats),
         "--threads",
         str(threads),
+        "--device",
+        device,
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=environment)
     line = next((row for row in done.stdout.splitlines() if row.startswith("RESULT ")), None)

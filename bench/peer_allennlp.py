@@ -8,7 +8,8 @@ the project's: `bench_bilm.py` starts it as a subprocess with the peer's Python 
 Prints one line `RESULT {json}`: words/s (the median of --reps timed runs after one warm-up; `<S>`,
 `</S>` not counted) and peak RSS. `cached` is AllenNLP's own fast mode (`vocab_to_cache`: the char
 CNN is run once for the batch's words beforehand). Sentences run in batches of --batch-size, as a
-user of `Elmo` would feed them.
+user of `Elmo` would feed them. `--device cuda` runs `Elmo` on the GPU (each batch's ids moved
+there, the clock read after `torch.cuda.synchronize`) and adds its peak GPU memory.
 """
 
 from __future__ import annotations
@@ -28,15 +29,15 @@ def batches(sentences, size):
     return [sentences[start : start + size] for start in range(0, len(sentences), size)]
 
 
-def build(model_dir: str, mode: str, sentences):
-    """(the Elmo module, a callable that embeds every batch once)."""
+def build(model_dir: str, mode: str, sentences, device: str = "cpu"):
+    """(the Elmo module on ``device``, a callable that embeds every batch once)."""
     import torch
     from allennlp.modules.elmo import Elmo, batch_to_ids
 
     options, weights = f"{model_dir}/options.json", f"{model_dir}/lm_weights.hdf5"
     vocabulary = ["@@PADDING@@"] + sorted({word for sentence in sentences for word in sentence})
     extra = {"vocab_to_cache": vocabulary} if mode == "cached" else {}
-    elmo = Elmo(options, weights, num_output_representations=1, dropout=0.0, **extra).eval()
+    elmo = Elmo(options, weights, num_output_representations=1, dropout=0.0, **extra).eval().to(device)
     index = {word: i for i, word in enumerate(vocabulary)}
 
     def run(groups):
@@ -46,9 +47,11 @@ def build(model_dir: str, mode: str, sentences):
                 word_ids = torch.zeros(char_ids.shape[:2], dtype=torch.long)
                 for row, sentence in enumerate(group):
                     word_ids[row, : len(sentence)] = torch.tensor([index[w] for w in sentence])
-                elmo(char_ids, word_ids)
+                elmo(char_ids.to(device), word_ids.to(device))
             else:
-                elmo(char_ids)
+                elmo(char_ids.to(device))
+        if device != "cpu":
+            torch.cuda.synchronize()
 
     return elmo, run
 
@@ -63,13 +66,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (cuda:N) to run on a GPU")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with open(args.sentences, encoding="utf-8") as stream:
         sentences = json.load(stream)
     groups = batches(sentences, args.batch_size)
     with torch.inference_mode():
-        _, run = build(args.model, args.mode, sentences)
+        _, run = build(args.model, args.mode, sentences, args.device)
         run(groups)  # warm-up
         times = []
         for _ in range(args.reps):
@@ -78,10 +82,12 @@ def main() -> None:
             times.append(time.perf_counter() - start)
     words = sum(len(s) for s in sentences)
     median = statistics.median(times)
+    gpu = {"peak_gpu_mb": torch.cuda.max_memory_allocated() / 1e6} if args.device != "cpu" else {}
     print(
         "RESULT "
         + json.dumps(
             {
+                **gpu,
                 "words": words,
                 "sentences": len(sentences),
                 "median_s": median,

@@ -48,15 +48,31 @@ def test_registered_names_resolve_to_the_same_objects_as_the_entry_points():
     assert spacy.registry.factories.get("elmo") is factory.load()
 
 
-def test_a_pipeline_saved_before_the_move_loads_and_gives_the_same_numbers():
+# expected.json was recorded on an Intel Xeon. Another CPU class sums in another order: measured
+# against it, an AMD EPYC Zen 3 and an AMD EPYC with AVX-512 (2026-11-25) both differed in about a
+# quarter of the layer values, by at most 3.0e-8 (values up to 0.61). Bitwise equality is promised
+# within a machine (below: saved and loaded again), a tolerance across machines (docs/determinism.md).
+ACROSS_MACHINES = 1e-6
+
+
+def text_numbers(nlp):
+    doc = nlp("The bank raised its rates. We sat on the bank of the river and watched the boats.")
+    layers = np.stack([token._.elmo_layers for token in doc])
+    return doc, layers
+
+
+def test_a_pipeline_saved_before_the_move_loads_and_gives_the_same_numbers(tmp_path):
     expected = json.loads((SAVED / "expected.json").read_text())
     nlp = spacy.load(SAVED)
     assert nlp.pipe_names == ["sentencizer", "elmo", "tagger"]
-    doc = nlp("The bank raised its rates. We sat on the bank of the river and watched the boats.")
-    layers = np.stack([token._.elmo_layers for token in doc])
-    np.testing.assert_array_equal(layers, np.asarray(expected["layers"], dtype=np.float32))
-    np.testing.assert_array_equal(doc[1]._.elmo, np.asarray(expected["token"], dtype=np.float32))
-    np.testing.assert_array_equal(list(doc.sents)[0]._.elmo, np.asarray(expected["sentence"], dtype=np.float32))
+    doc, layers = text_numbers(nlp)
+    close = dict(rtol=0, atol=ACROSS_MACHINES)
+    np.testing.assert_allclose(layers, np.asarray(expected["layers"], dtype=np.float32), **close)
+    np.testing.assert_allclose(doc[1]._.elmo, np.asarray(expected["token"], dtype=np.float32), **close)
+    np.testing.assert_allclose(list(doc.sents)[0]._.elmo, np.asarray(expected["sentence"], dtype=np.float32), **close)
+    nlp.to_disk(tmp_path / "again")
+    _, reloaded = text_numbers(spacy.load(tmp_path / "again"))
+    np.testing.assert_array_equal(reloaded, layers)  # on one machine: bitwise
     # the hooks remove the saved centring: exact up to the float32 arithmetic of the hooks
     np.testing.assert_allclose(doc[1].vector, expected["token_vector"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(doc.vector, expected["doc_vector"], rtol=0, atol=1e-6)

@@ -36,7 +36,7 @@ from .loop.checkpoint import best_checkpoint, save_best
 from .loop.curve import plot_learning_curve
 from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
-from .loop.run_log import JsonlLog, LossWindow
+from .loop.run_log import JsonlLog, LossWindow, device_memory
 from .loop.session import Session, open_session
 from .loop.step import Clock, StepTotals, out_of_patience, take_step
 from .loop.train_config import TrainConfig
@@ -63,6 +63,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
         finished = totals.stop or (cfg.max_steps and step >= cfg.max_steps)
         if step % cfg.log_every == 0 or finished:
             record = {**window.record(state, full_softmax=cfg.softmax == "full"), "lr": totals.lr}
+            record.update(device_memory(session.processes.device))
             log.write(**record)
             progress.set_postfix(_progress_figures(record, state))
             window = LossWindow()

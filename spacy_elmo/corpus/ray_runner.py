@@ -11,6 +11,7 @@ holds back work the writers cannot take.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List
@@ -77,7 +78,12 @@ def _plain(value: Any) -> Any:
 
 
 class BlockEmbedder:
-    """A Ray Data actor: the pipeline, loaded once; each call embeds one block and writes its file."""
+    """A Ray Data actor: the pipeline, loaded once; each call embeds one block and writes its file.
+
+    Ray Data calls an actor from a thread pool, not from the thread that built it, while CUDA's
+    current device and cupy's state are per thread: on an H100 the calls failed inside cupy
+    ("invalid device ordinal", "invalid argument"). So the pipeline is loaded, and every block
+    embedded, on one thread of the actor's own, as in a process without Ray."""
 
     def __init__(self, settings: Dict[str, Any], output: str, threads: int):
         import ray
@@ -86,10 +92,15 @@ class BlockEmbedder:
         torch.set_num_threads(threads)
         self.settings = EmbedSettings(**settings)
         self.output = Path(output)
-        self.nlp = load_pipeline(self.settings, 0 if ray.get_gpu_ids() else -1)  # Ray shows it its GPUs from 0
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-embed")
+        gpu_id = 0 if ray.get_gpu_ids() else -1  # Ray shows the actor its GPUs from 0
+        self.nlp = self.thread.submit(load_pipeline, self.settings, gpu_id).result()
         self.node = ray.get_runtime_context().get_node_id()
 
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return self.thread.submit(self._embed, batch).result()
+
+    def _embed(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         figures = []
         for values in zip(*batch.values()):
             block = Block(**{key: _plain(value) for key, value in zip(batch, values)})

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ..kernels import kernel_choice
 from ..kernels.batch_invariant import Blocking
+from ..kernels.cuda_math import ieee_fp32
 from .char_encoder import CharEncoder
 from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
@@ -138,7 +139,8 @@ class BiLM(nn.Module):
         """char_ids (N, C), word_ids (N,) or None -> (N, P); batch-invariant when gradients are off."""
         if torch.is_grad_enabled():
             return self.char_encoder(char_ids, word_ids)
-        return self.char_encoder.forward_invariant(char_ids, self.blocking_for_run(), word_ids)
+        with ieee_fp32(char_ids.device):
+            return self.char_encoder.forward_invariant(char_ids, self.blocking_for_run(), word_ids)
 
     def contextualize(
         self,
@@ -160,6 +162,15 @@ class BiLM(nn.Module):
         """
         if sum(lengths) != tokens.shape[0]:
             raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
+        if torch.is_grad_enabled():  # training: TF32 where the process allows it
+            return self._run_stacks(tokens, lengths, initial_state, path)
+        with ieee_fp32(tokens.device):  # inference: exact fp32 on GPUs too
+            return self._run_stacks(tokens, lengths, initial_state, path)
+
+    def _run_stacks(
+        self, tokens: Tensor, lengths: Sequence[int], initial_state: Optional[LstmState], path: Optional[str]
+    ) -> Tuple[Tensor, Optional[LstmState]]:
+        """``contextualize`` (see there) under the math settings it chose."""
         run = layer_runner(
             self.config,
             self.blocking_for_run(),

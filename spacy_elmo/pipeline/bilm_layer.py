@@ -8,9 +8,10 @@ rebuilds the network at the sizes of the stored weights and nothing is unpickled
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import srsly
 import torch
@@ -87,6 +88,23 @@ def build_bilm(
 def get_bilm(model: Model) -> BiLM:
     """The torch BiLM inside a ``spacy-elmo.BiLM.v1`` model."""
     return model.shims[0]._model.bilm
+
+
+@contextlib.contextmanager
+def on_bilm_device(model: Model) -> Iterator[None]:
+    """Within the block, the calling thread's current CUDA device (torch's and cupy's) is the
+    biLM's: each thread has its own, and a thread other than the one that called
+    ``spacy.require_gpu`` (a Ray Data actor's, a web server's) would otherwise hand cupy arrays of
+    one device to kernels launched on another. A no-op on the CPU."""
+    device = get_bilm(model).device
+    if device.type != "cuda":
+        yield
+        return
+    import cupy
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index), cupy.cuda.Device(index):
+        yield
 
 
 def set_bilm(model: Model, bilm: BiLM) -> None:

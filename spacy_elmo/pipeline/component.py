@@ -30,7 +30,7 @@ from thinc.api import Config, Model, Optimizer
 
 from ..hub.cache import recorded_input_attr, resolve_weights
 from ..weights.native import load_bilm
-from .bilm_layer import get_bilm, set_bilm
+from .bilm_layer import get_bilm, on_bilm_device, set_bilm
 from .centering import (
     CENTERING_TOKENS,
     Centering,
@@ -180,15 +180,16 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         check_docs_have(docs, self.input_attr, self.name)
         self.bilm.precision = self.cfg["precision"]  # the choice made at initialize (cached), or a new setting's
         config = self.bilm.config
-        return doc_layers(
-            self.model,
-            docs,
-            self._sentences.for_model(self.bilm),
-            shape=(config.n_output_layers, config.output_dim),
-            max_sentence_length=self.cfg["max_sentence_length"],
-            max_batch_tokens=self.cfg["max_batch_tokens"],
-            token_string=token_string(self.input_attr),
-        )
+        with on_bilm_device(self.model):
+            return doc_layers(
+                self.model,
+                docs,
+                self._sentences.for_model(self.bilm),
+                shape=(config.n_output_layers, config.output_dim),
+                max_sentence_length=self.cfg["max_sentence_length"],
+                max_batch_tokens=self.cfg["max_batch_tokens"],
+                token_string=token_string(self.input_attr),
+            )
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
         """Keep each doc's layers (L+1, n, 2P) as the store settings say (see ``storage``)."""

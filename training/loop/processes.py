@@ -32,7 +32,7 @@ class Processes:
         """Pick this process's device (and CPU threads), join the process group, share out the streams."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-        cuda = torch.cuda.is_available()
+        cuda = _uses_cuda(cfg.device)
         device = torch.device(f"cuda:{local}" if cuda else "cpu")
         if cuda:
             torch.cuda.set_device(device)
@@ -66,3 +66,13 @@ class Processes:
         if self.world > 1:
             dist.barrier()
             dist.destroy_process_group()
+
+
+def _uses_cuda(setting: str) -> bool:
+    """Whether this process trains on a GPU: the ``device`` setting, "auto" where torch sees CUDA."""
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "device 'cuda' was asked for, but torch sees no CUDA GPU here; install a CUDA build of torch, or set "
+            "device 'auto' or 'cpu'."
+        )
+    return setting == "cuda" or (setting == "auto" and torch.cuda.is_available())

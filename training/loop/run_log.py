@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
+import torch
+
 
 class JsonlLog:
     """Appends one JSON object per line (rank 0). On resume, lines after the resumed step (written by
@@ -52,3 +54,10 @@ class LossWindow:
         if full_softmax:
             record["train_ppl"] = math.exp(mean_nll)
         return record
+
+
+def device_memory(device: torch.device) -> Dict[str, float]:
+    """For a log line on a GPU: the peak memory torch's allocator has held there so far, in MB."""
+    if device.type != "cuda":
+        return {}
+    return {"gpu_peak_mb": round(torch.cuda.max_memory_allocated(device) / 1e6, 1)}

@@ -16,6 +16,8 @@ from spacy_elmo.choices import choose
 
 from .schedule import BUDGETED, SCHEDULES
 
+DEVICES = {"auto": "a GPU where torch sees CUDA, else the CPU", "cpu": "the CPU", "cuda": "a CUDA GPU"}
+
 # How a setting's type is named in errors: the JSON values it takes.
 JSON_NAMES = {
     float: "a number",
@@ -59,6 +61,7 @@ class TrainConfig:
     bf16: bool = True  # bf16 autocast on GPU
     compile: bool = False  # torch.compile the loss module
     threads: int = 0  # CPU threads per process; 0: cores / processes
+    device: str = "auto"  # DEVICES: "auto" (GPU LOCAL_RANK where torch sees CUDA, else the CPU), "cpu" or "cuda"
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -94,6 +97,7 @@ def _check_schedule_and_pace(cfg: "TrainConfig") -> None:
     """A known schedule; one over the budget needs a budget, and its fractions must be fractions; an
     evaluation pace, and patience >= 0."""
     choose(SCHEDULES, "lr_schedule", cfg.lr_schedule)
+    choose(DEVICES, "device", cfg.device)
     if cfg.lr_schedule in BUDGETED and not (cfg.max_minutes or cfg.max_steps):
         raise ValueError(
             f"lr_schedule {cfg.lr_schedule!r} warms up and decays over the run's budget, but this run has none "

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Make .gpu/ (git-ignored): what scripts/gpu_session.sh needs on a GPU machine that has torch, CUDA,
+# cupy, numpy and h5py (Python 3.12) but no network. Run here, from anywhere, with ../shared beside
+# the clone (or $SPACY_ELMO_SHARED) and .venv made by scripts/install.sh:
+#   bash scripts/gpu_pack.sh          # about 47 MB; carry ".gpu" with the working tree
+# .gpu/site.tar.xz   site/: spaCy and its dependencies (../shared/tools/gpu-wheels.sh), Ray with Ray
+#                    Data (its Java jars, RLlib, Serve, LLM and the runtime agent's own aiohttp left
+#                    out, binaries stripped), jsonschema; peer-site/: allennlp 2.10.1 and what its
+#                    Elmo imports beyond the stubs (the peer, AllenNLP's Elmo, on the same GPU)
+# .gpu/distinfo/     spacy-elmo's entry points (the elmo factory) for the code in the working tree
+# .gpu/shared/       the fixture, the corpus's valid and test text and 1 MB of its training text, the
+#                    peer's tools: a ../shared for the tests and benchmarks there
+# .gpu/corpus/       3 MB of training text prepared for pretraining (training.corpus) and its vocabulary
+# .gpu/downstream/   UD English-EWT as DocBins: 10% of train, and dev (training.downstream.data)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED=${SPACY_ELMO_SHARED:-../shared}
+PY=.venv/bin/python
+grep -qx '/.gpu/' .git/info/exclude 2> /dev/null || echo '/.gpu/' >> .git/info/exclude
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+platform=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+rm -rf .gpu && mkdir -p .gpu/shared/fixtures .gpu/shared/data/corpus .gpu/shared/tools .gpu/downstream
+
+# site/ and peer-site/
+bash "$SHARED/tools/gpu-wheels.sh" > /dev/null
+python3 -m pip download -q "${platform[@]}" -d "$work/extra" jsonschema jsonschema-specifications referencing \
+  rpds-py "ray==2.60.0"
+python3 -m pip download -q "${platform[@]}" -d "$work/peer" allennlp==2.10.1 cached-path==1.1.6 lmdb dill base58 \
+  more-itertools
+mkdir -p "$work/tree/site" "$work/tree/peer-site"
+for wheel in .whl/*.whl "$work"/extra/*.whl; do unzip -q -o "$wheel" -d "$work/tree/site"; done
+for wheel in "$work"/peer/*.whl; do unzip -q -o "$wheel" -d "$work/tree/peer-site"; done
+ray=$work/tree/site/ray
+rm -rf "$ray/jars" "$ray/rllib" "$ray/llm" "$ray/serve" "$ray/_private/runtime_env/agent/thirdparty_files"
+rm -f "$ray"/dashboard/client/build/static/js/*.map
+strip --strip-unneeded "$ray/_raylet.so" "$ray/core/src/ray/raylet/raylet" "$ray/core/src/ray/gcs/gcs_server"
+tar -cJf .gpu/site.tar.xz -C "$work/tree" --owner=0 --group=0 site peer-site
+
+# the entry points
+$PY -m pip wheel -q --no-deps --no-build-isolation -w "$work/wheel" .
+mkdir -p .gpu/distinfo && unzip -q "$work"/wheel/spacy_elmo-*.whl 'spacy_elmo-*.dist-info/*' -d .gpu/distinfo
+
+# data
+cp -r "$SHARED/fixtures/elmo-allennlp" .gpu/shared/fixtures/
+cp -r "$SHARED/tools/peer-allennlp" .gpu/shared/tools/
+cp "$SHARED/data/corpus/valid.txt" "$SHARED/data/corpus/test.txt" .gpu/shared/data/corpus/
+head -c 1000000 "$SHARED/data/corpus/train.txt" > .gpu/shared/data/corpus/train.txt
+head -c 3000000 "$SHARED/data/corpus/train.txt" > "$work/train.txt"
+$PY - "$work/train.txt" "$SHARED/data/corpus" << 'EOF'
+import sys
+from pathlib import Path
+
+from training.corpus import prepare_corpus, read_sentences
+from training.vocab import Vocabulary
+
+train, corpus = Path(sys.argv[1]), Path(sys.argv[2])
+splits = {"train": [train], "dev": [corpus / "valid.txt"], "test": [corpus / "test.txt"]}
+prepare_corpus(Path(".gpu/corpus/corpus"), splits, pipeline="en")
+Vocabulary.from_sentences(read_sentences(Path(".gpu/corpus/corpus/train")), 30000).save(Path(".gpu/corpus/vocab.txt"))
+EOF
+$PY -m training.downstream.data "$SHARED/data" "$work/downstream" > /dev/null
+cp "$work/downstream/upos-train-10.spacy" "$work/downstream/upos-dev.spacy" .gpu/downstream/
+du -sh .gpu
