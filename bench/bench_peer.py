@@ -33,7 +33,7 @@ from pathlib import Path
 from bench_bilm import load_sentences
 from report import SHARED, write_section
 
-from spacy_elmo.kernels.machine import SIMULATED_CPUS  # --cap NAME: the kernel caps of a lesser CPU
+from spacy_elmo.kernels.machine import SIMULATED_CPUS, why_not_cap  # --cap NAME: the kernel caps of a lesser CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
@@ -580,6 +580,8 @@ def main() -> None:
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cap and why_not_cap(args.cap):
+        raise SystemExit(f"--cap {args.cap}: {why_not_cap(args.cap)}; a cap only simulates a lesser CPU.")
     if args.cap and os.environ.get("ONEDNN_MAX_CPU_ISA") != args.cap:
         # again from the start, with the caps in place before torch loads (ATen reads its cap at import)
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **SIMULATED_CPUS[args.cap]})

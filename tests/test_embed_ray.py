@@ -76,16 +76,26 @@ def embed_on_ray_until_5_blocks(tmp_path, pipeline_path):
     return driver, blocks, source, settings
 
 
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="waits for the orphaned worker through /proc")
 def test_killing_the_driver_loses_no_finished_block(tmp_path, pipeline):  # noqa: F811
-    """The driver and the local Ray it started are killed; the rerun computes only the missing blocks."""
+    """The driver and the local Ray it started are killed; the rerun computes only the missing blocks.
+    The actor is not in the driver's process group and may finish the block in hand after the kill
+    (seen on an AMD EPYC Zen 3): such a block is kept too. Blocks finished before the kill are
+    neither lost nor rewritten, and the output equals a reference made in one go."""
     driver, blocks, source, settings = embed_on_ray_until_5_blocks(tmp_path, pipeline)
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
-    kept = {int(p.stem.split("-")[1]) for p in blocks.glob("block-*.hdf5")}
-    assert 5 <= len(kept) < BLOCKS, len(kept)
+    at_kill = {p.name: p.stat().st_ino for p in blocks.glob("block-*.hdf5")}
+    assert 5 <= len(at_kill) < BLOCKS, len(at_kill)
+    deadline = time.time() + 60  # the orphaned actor exits once its Ray is gone
+    while ray_workers_embedding() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not ray_workers_embedding(), "the orphaned actor is still running"
+    before_rerun = {int(p.stem.split("-")[1]) for p in blocks.glob("block-*.hdf5")}
     report = embed_corpus(source, tmp_path / "out", settings, Workers(ray=True), progress=False)
     recomputed = sorted(figures["block"] for figures in report.computed)
-    assert recomputed == sorted(set(range(BLOCKS)) - kept), "only the missing blocks"
+    assert recomputed == sorted(set(range(BLOCKS)) - before_rerun), "only the missing blocks"
+    assert all(blocks.joinpath(name).stat().st_ino == inode for name, inode in at_kill.items()), "not rewritten"
     assert_same_output(tmp_path / "reference", tmp_path / "out")
 
 

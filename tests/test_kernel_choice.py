@@ -46,6 +46,22 @@ def test_the_oneDNN_cap_removes_features_as_a_lesser_cpu_lacks_them(monkeypatch)
     assert machine.cpu_features() == SAPPHIRE_RAPIDS and machine.isa_cap() is None
 
 
+@pytest.mark.parametrize(
+    "flags, cap, expected",
+    [
+        (AVX2, "AVX2", "this CPU has nothing above AVX2: the cap would change nothing"),
+        (AVX2, "AVX512_CORE", "this CPU lacks avx512bw, avx512dq, avx512f, avx512vl: a cap at AVX512_CORE would"),
+        (ZEN5, "AVX2", None),
+        (ZEN5, "AVX512_CORE", None),
+        (AVX512, "AVX512_CORE", "this CPU has nothing above AVX512_CORE"),
+    ],
+)
+def test_a_cap_only_ever_lowers(monkeypatch, flags, cap, expected):
+    monkeypatch.setattr(machine, "_cpu_flags", lambda: frozenset(flags))
+    reason = machine.why_not_cap(cap)
+    assert reason == expected if expected is None else reason.startswith(expected)
+
+
 def test_what_each_cpu_class_runs(simulated_cpu):
     """The decisions per CPU class; the probes are this machine's (a kernel a probe rejects here
     falls to the next one)."""
@@ -172,6 +188,9 @@ CAPPED_SUITES = ["test_parity.py", "test_precision.py", "test_onednn.py", "test_
 def test_parity_invariance_and_precision_tests_pass_on_a_lesser_cpu(cap):
     """The parity, batch- and thread-invariance and precision tests, in a process whose kernels
     are capped as on an AVX2-only CPU (AMD EPYC before Zen 4) or on AVX-512 without VNNI/BF16."""
+    reason = machine.why_not_cap(cap)
+    if reason:
+        pytest.skip(reason)
     env = {**with_this_checkout(), **machine.SIMULATED_CPUS[cap]}
     command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
     done = subprocess.run(

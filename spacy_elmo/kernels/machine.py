@@ -67,6 +67,20 @@ SIMULATED_CPUS: Dict[str, Dict[str, str]] = {
 }
 
 
+def why_not_cap(cap: str) -> Optional[str]:
+    """Why simulating the lesser CPU ``cap`` (a key of ``SIMULATED_CPUS``) is no simulation here, or
+    None where it is one: a cap only ever lowers. A cap above this CPU would force instructions it
+    lacks (an AMD EPYC Zen 3 capped at AVX512_CORE died of SIGILL); one at its level changes nothing."""
+    own = frozenset(name for name in KERNEL_FEATURES if name in _cpu_flags())
+    allowed = ISA_CAPS[SIMULATED_CPUS[cap]["ONEDNN_MAX_CPU_ISA"]]
+    missing = sorted(allowed - own)
+    if missing:
+        return f"this CPU lacks {', '.join(missing)}: a cap at {cap} would force instructions it does not have"
+    if own <= allowed:
+        return f"this CPU has nothing above {cap}: the cap would change nothing"
+    return None
+
+
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo where there is one)."""
     for row in _cpuinfo().splitlines():
