@@ -54,6 +54,7 @@ setup(
             "ruff>=0.8,<0.16",  # lint and format (pyproject.toml), checked by .ci/run
             "mypy>=2.4,<3; python_version >= '3.10'",  # types (pyproject.toml [tool.mypy]), checked by .ci/run
             "pre-commit>=3",
+            "nox>=2024.4",  # noxfile.py: what the default test run leaves out
             # the documentation site (mkdocs.yml; scripts/build_docs.sh), built strictly by .ci/run
             "mkdocs>=1.6,<2",
             "mkdocs-material>=9.5,<10",

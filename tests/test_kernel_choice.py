@@ -183,8 +183,14 @@ def test_info_machine_says_what_each_precision_runs_and_why():
 CAPPED_SUITES = ["test_parity.py", "test_precision.py", "test_onednn.py", "test_bilm.py", "test_threads.py"]
 
 
+# The default run caps at AVX2 (the commonest lesser CPU class); `nox -s matrix` at every cap.
+CAPS = [
+    pytest.param(cap, marks=[] if cap == "AVX2" else [pytest.mark.matrix]) for cap in sorted(machine.SIMULATED_CPUS)
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("cap", sorted(machine.SIMULATED_CPUS))
+@pytest.mark.parametrize("cap", CAPS)
 def test_parity_invariance_and_precision_tests_pass_on_a_lesser_cpu(cap):
     """The parity, batch- and thread-invariance and precision tests, in a process whose kernels
     are capped as on an AVX2-only CPU (AMD EPYC before Zen 4) or on AVX-512 without VNNI/BF16."""

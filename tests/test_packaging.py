@@ -1,4 +1,6 @@
-"""`spacy package` builds a wheel that installs into a fresh virtual environment and loads."""
+"""`spacy package` builds a wheel that installs into a new virtual environment and loads. The default
+run's environment borrows this one's dependencies (seconds); a truly empty one, which installs torch
+and every dependency (half a minute), is in the matrix (`nox -s matrix`)."""
 
 import subprocess
 import sys
@@ -26,15 +28,53 @@ def install_and_run(python, package_folder, check, cwd):
     return json.loads(run(python, "-c", check, cwd=cwd))
 
 
-@pytest.fixture(scope="module")
-def fresh_python(tmp_path_factory):
-    """A new virtual environment with torch and spacy-elmo (from this checkout) installed."""
+def new_venv(tmp_path_factory) -> Path:
+    """A new virtual environment; its python."""
     environment = tmp_path_factory.mktemp("venv") / "venv"
     venv.create(environment, with_pip=True)
-    python = environment / "bin" / "python"
+    return environment / "bin" / "python"
+
+
+def site_packages(python) -> Path:
+    return Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+
+
+# What the borrowed packages leave out: this checkout's own install, and the optional lemma tables.
+NOT_BORROWED = ("spacy_elmo", "__editable__", "spacy_lookups_data")
+
+
+@pytest.fixture(scope="module")
+def fresh_python(tmp_path_factory):
+    """A new virtual environment with spacy-elmo installed from a wheel of this checkout, and this
+    environment's packages (torch, spaCy...) but spacy-lookups-data on its path after its own: what
+    a pipeline's wheel resolves its requirements against."""
+    python = new_venv(tmp_path_factory)
+    borrowed = tmp_path_factory.mktemp("borrowed")
+    for entry in site_packages(sys.executable).iterdir():
+        if not entry.name.startswith(NOT_BORROWED):
+            (borrowed / entry.name).symlink_to(entry)
+    (site_packages(python) / "borrowed.pth").write_text(f"{borrowed}\n")
+    wheels = tmp_path_factory.mktemp("wheel")
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT)
+    run(python, "-m", "pip", "install", "-q", "--no-deps", *wheels.glob("spacy_elmo-*.whl"))
+    where = run(python, "-c", "import spacy_elmo; print(spacy_elmo.__file__)", cwd=python.parent)
+    assert where.startswith(str(python.parents[1])), "the installed copy, not the checkout's"
+    return python
+
+
+@pytest.mark.matrix
+def test_spacy_elmo_installs_with_its_dependencies_into_an_empty_venv(tmp_path_factory, tiny_weights):
+    """torch first (as the README says), then spacy-elmo from this checkout with everything it needs."""
+    python = new_venv(tmp_path_factory)
     run(python, "-m", "pip", "install", "-q", "torch==2.13.0")
     run(python, "-m", "pip", "install", "-q", ROOT)
-    return python
+    check = (
+        "import spacy\n"
+        "nlp = spacy.blank('en'); nlp.add_pipe('sentencizer')\n"
+        f"nlp.add_pipe('elmo', config={{'weights': {str(tiny_weights)!r}}}); nlp.initialize()\n"
+        "print(nlp('An empty venv runs it. Two sentences.')._.elmo_data.shape)\n"
+    )
+    assert run(python, "-c", check, cwd=tmp_path_factory.getbasetemp()).strip() == "(3, 9, 32)"
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ matmuls (``quantized``) sum integers exactly, so they need no fixed shapes eithe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -48,6 +48,8 @@ class Blocking:
         number of rows gives the same results, so a call takes the sentences there are, up to this.
     fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
     precision: "fp32" (exact), "bf16" or "int8" (see ``precision``).
+    int8_kernel: in int8, the kernel that sums (a name of ``quantized.INT8_KERNELS``), as the
+        model's plan chose it at load (``kernels.plan``); None: ``quantized.int8_kernel``'s.
     """
 
     gemm_rows: int = 256
@@ -58,6 +60,7 @@ class Blocking:
     fused_rows: int = 32
     fused_steps: int = 8
     precision: str = "fp32"
+    int8_kernel: Optional[str] = None
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -181,16 +184,22 @@ def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor
 
 
 def linear_rows(
-    x: Tensor, weight: Tensor, bias: Tensor | None, rows: int, precision: str = "fp32", out: Tensor | None = None
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    rows: int,
+    precision: str = "fp32",
+    out: Tensor | None = None,
+    int8_kernel: Optional[str] = None,
 ) -> Tensor:
     """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N).
 
-    In int8 in one call (exact integer sums); where oneDNN's fp32 rows do not depend on the row
+    In int8 in one call (exact integer sums, through ``int8_kernel``); where oneDNN's fp32 rows do not depend on the row
     count (``onednn``), in blocks of ``rows`` rows that need no padding, written into ``out``
     (M, N) when given (a buffer reused across calls: no fresh pages to fault in); elsewhere on
     zero-padded blocks of exactly ``rows`` rows."""
     if precision == "int8":
-        return quantized.linear(x, weight, bias)
+        return quantized.linear(x, weight, bias, int8_kernel)
     if rows_any_count(x.device, precision):
         reordered = not onednn.plain_takes(weight, precision)  # a plain weight needs no second copy
         if out is None:

@@ -11,8 +11,10 @@ The sums are turned into results by a fixed sequence of elementwise IEEE operati
 taken with ``reciprocal``, never by dividing by a broadcast scalar, which ATen may compute as a
 multiplication by the reciprocal for one row and as a division for several).
 
-Which kernel sums them is decided once per process from this CPU's features and probes of the
-kernels' bits (``int8_kernel``); every kernel gives ``fp32(sum) * s_w`` with the same bits:
+The kernels that sum them exactly on this machine are found by probes of their bits
+(``exact_int8_kernels``); which of them a model runs, if any, is decided by timing them at its
+shapes when it is loaded (``kernels.plan``), and ``int8_kernel`` is the default for direct calls.
+Every kernel gives ``fp32(sum) * s_w``, with the same bits for the same weight levels:
 
 - ``onednn``: oneDNN's int8 linear on AMX (``amx_int8``), for weights with K and N of at least
   64, given the weight's scales, an activation scale of 1 and zero points of 0: about twice as
@@ -29,7 +31,11 @@ kernels' bits (``int8_kernel``); every kernel gives ``fp32(sum) * s_w`` with the
   wrong on batches. Weights quantized to 7 bits (``[-63, 63]``, the remedy fbgemm calls
   ``reduce_range``) keep every pair below 2**15, so the sums are exact again, at twice the
   weights' quantization step. Results differ from the VNNI CPUs' (other weights), and keep
-  every invariance promise on the CPU.
+  every invariance promise on the CPU. On a real AVX2-only CPU (AMD EPYC Zen 3) this torch's
+  ``torch._int_mm`` ran a reference loop, 30 to 150 times slower than fp32: the timing at load
+  then leaves int8 for fp32.
+- ``onednn_7bit``: oneDNN's int8 linear with 7-bit weights, a candidate on CPUs without VNNI
+  where its AVX2 kernels sum exactly (probed) and the timing finds them fast.
 
 Each kernel is used only where a probe finds exact sums for 1 to 300 rows (``_sums_exact``).
 The quantized copy of a weight is made once and kept beside it (``weight_copies``), like the
@@ -63,12 +69,16 @@ _CUDA_MIN_ROWS, _CUDA_MULTIPLE = 17, 8
 
 
 class Int8Kernel(NamedTuple):
-    """How int8 sums run on a device: ``name`` ("onednn", "int_mm" or "int_mm_7bit"), the weights'
-    largest quantized value, and the CPU features the kernel rests on."""
+    """How int8 sums run on a device: ``name`` (a key of ``INT8_KERNELS``), the weights' largest
+    quantized value, and the CPU features the kernel rests on."""
 
     name: str
     weight_levels: int
     features: Tuple[str, ...]
+
+    @property
+    def through_onednn(self) -> bool:
+        return self.name.startswith("onednn")
 
 
 # Int8 dot products that sum in int32.
@@ -132,22 +142,31 @@ def check_sum_length(inner: int, what: str) -> None:
         )
 
 
-def quantized_weight(weight: Tensor) -> QuantizedWeight:
-    """The int8 copy of ``weight`` (N, K), made once per weight (or view of one) and version."""
-    return derived_copy(weight, "int8", _quantize_weight)
+def quantized_weight(weight: Tensor, kernel: Optional[str] = None) -> QuantizedWeight:
+    """The int8 copy of ``weight`` (N, K) for ``kernel`` (a name of ``INT8_KERNELS``; default:
+    ``int8_kernel``'s), made once per weight (or view of one), kernel and version."""
+    chosen = _kernel_named(kernel, weight.device)
+    return derived_copy(weight, ("int8", chosen.name), lambda tensor: quantize_weight(tensor, chosen))
 
 
-def _quantize_weight(weight: Tensor) -> QuantizedWeight:
-    check_sum_length(weight.shape[1], "this weight")
-    kernel = int8_kernel(weight.device)
+def _kernel_named(name: Optional[str], device: torch.device) -> Int8Kernel:
+    if name is not None:
+        return INT8_KERNELS[name]
+    kernel = int8_kernel(device)
     if kernel is None:
         raise RuntimeError(
             f"int8 has no exact kernel on this CPU ({machine.cpu_description()}): it needs VNNI "
             "(avx512_vnni, avx_vnni or amx_int8) or AVX2. Use precision 'fp32'."
         )
+    return kernel
+
+
+def quantize_weight(weight: Tensor, kernel: Int8Kernel) -> QuantizedWeight:
+    """``weight`` (N, K) in int8 at ``kernel``'s weight levels, in its layout (not cached)."""
+    check_sum_length(weight.shape[1], "this weight")
     with torch.no_grad():
         values, scale = _quantize_in_chunks(weight, kernel.weight_levels)
-        if kernel.name == "onednn" and min(weight.shape) >= _ONEDNN_MIN_SIZE:
+        if kernel.through_onednn and min(weight.shape) >= _ONEDNN_MIN_SIZE:
             return QuantizedWeight(values_t=None, scale=scale, onednn=_prepack(values, scale))
         multiple = _CUDA_MULTIPLE if weight.device.type == "cuda" else 1
         padding = (0, -values.shape[1] % multiple, 0, -values.shape[0] % multiple)
@@ -167,18 +186,23 @@ def _quantize_in_chunks(weight: Tensor, levels: int, rows: int = 1024) -> Tuple[
     return values, scale
 
 
-def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, kernel: Optional[str] = None) -> Tensor:
     """``x @ weight.T + bias`` with int8 operands and exact int32 sums.
 
     Args:
         x: (M, K) float, any M >= 0. weight: (N, K), a parameter (its int8 copy is cached).
-        bias: (N,) or None, added in fp32.
+        bias: (N,) or None, added in fp32. kernel: which of ``INT8_KERNELS`` sums (default:
+            ``int8_kernel``'s; a loaded model passes its plan's).
     Returns:
         (M, N) fp32, contiguous; each row bitwise independent of M and of the other rows.
     """
     if x.shape[1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[1]} features but the weight takes {weight.shape[1]}.")
-    packed = quantized_weight(weight)
+    return scaled_linear(x, quantized_weight(weight, kernel), bias)
+
+
+def scaled_linear(x: Tensor, packed: QuantizedWeight, bias: Optional[Tensor] = None) -> Tensor:
+    """``linear`` with the weight's int8 copy given: x (M, K) float -> (M, N) fp32."""
     values, x_scale = quantize_rows(x)
     out = channel_scaled_sums(values, packed).mul_(x_scale[:, None])
     if bias is not None:
@@ -249,33 +273,58 @@ def _onednn_scaled_sums(values: Tensor, weight: OneDnnInt8) -> Tensor:
 
 
 def int8_kernel(device: torch.device, features: Optional[frozenset] = None) -> Optional[Int8Kernel]:
-    """The kernel int8 sums run through on ``device``, None where none is both exact and fast
-    (see the module docstring); decided once per process from the CPU's features (``features``:
-    those of ``machine.cpu_features`` unless given) and probes of the kernels."""
+    """The default kernel for int8 sums on ``device`` (direct calls without a plan): the first exact
+    one of ``exact_int8_kernels``, in the order the CPU features suggest; None where none is exact."""
+    kernels = exact_int8_kernels(device, features)
+    return kernels[0] if kernels else None
+
+
+def exact_int8_kernels(device: torch.device, features: Optional[frozenset] = None) -> Tuple[Int8Kernel, ...]:
+    """Every kernel whose sums a probe finds exact on ``device`` (``features``: those of
+    ``machine.cpu_features`` unless given), most likely fastest first: oneDNN on AMX, then
+    ``torch._int_mm`` on VNNI, then the 7-bit kernels on AVX2. Which one a model runs is timed
+    (``kernels.plan``)."""
     if device.type == "cuda":
-        return Int8Kernel("int_mm", INT8_MAX, ())
-    return _cpu_int8_kernel(machine.cpu_features() if features is None else frozenset(features))
+        return (INT8_KERNELS["int_mm"],)
+    return _cpu_int8_kernels(machine.cpu_features() if features is None else frozenset(features))
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_int8_kernel(features: frozenset) -> Optional[Int8Kernel]:
+def _cpu_int8_kernels(features: frozenset) -> Tuple[Int8Kernel, ...]:
     vnni = tuple(name for name in VNNI_FEATURES if name in features)
-    if "amx_int8" in features and onednn_sums_exact():
-        return Int8Kernel("onednn", INT8_MAX, ("amx_int8",))
+    found = []
+    if "amx_int8" in features and onednn_sums_exact(INT8_MAX):
+        found.append(Int8Kernel("onednn", INT8_MAX, ("amx_int8",)))
     if vnni and int_mm_sums_exact(INT8_MAX):
-        return Int8Kernel("int_mm", INT8_MAX, vnni)
-    if "avx2" in features and int_mm_sums_exact(INT7_MAX):
-        return Int8Kernel("int_mm_7bit", INT7_MAX, ("avx2",))
-    return None
+        found.append(Int8Kernel("int_mm", INT8_MAX, vnni))
+    if "avx2" in features and not vnni:
+        if int_mm_sums_exact(INT7_MAX):
+            found.append(Int8Kernel("int_mm_7bit", INT7_MAX, ("avx2",)))
+        if onednn_sums_exact(INT7_MAX):
+            found.append(Int8Kernel("onednn_7bit", INT7_MAX, ("avx2",)))
+    return tuple(found)
+
+
+# Every int8 kernel by name, with its weight levels (the features are the CPU's, see exact_int8_kernels).
+INT8_KERNELS = {
+    kernel.name: kernel
+    for kernel in (
+        Int8Kernel("onednn", INT8_MAX, ("amx_int8",)),
+        Int8Kernel("int_mm", INT8_MAX, ()),
+        Int8Kernel("int_mm_7bit", INT7_MAX, ("avx2",)),
+        Int8Kernel("onednn_7bit", INT7_MAX, ("avx2",)),
+    )
+}
 
 
 @functools.lru_cache(maxsize=None)
-def onednn_sums_exact() -> bool:
+def onednn_sums_exact(weight_levels: int = INT8_MAX) -> bool:
     """Whether oneDNN's int8 linear is present and gives ``fp32(exact sums) * scale``, bit for bit,
-    for any number of rows on this CPU (``_sums_exact``)."""
+    for weights in ``[-weight_levels, weight_levels]`` and any number of rows on this CPU
+    (``_sums_exact``)."""
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
         return False
-    return _sums_exact(lambda a, w, scale: _onednn_scaled_sums(a, _prepack(w, scale)), INT8_MAX)
+    return _sums_exact(lambda a, w, scale: _onednn_scaled_sums(a, _prepack(w, scale)), weight_levels)
 
 
 @functools.lru_cache(maxsize=None)

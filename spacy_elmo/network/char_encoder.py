@@ -39,10 +39,15 @@ class Highway(nn.Module):
         gate = torch.sigmoid(self.gate(x))
         return gate * torch.relu(self.transform(x)) + (1 - gate) * x
 
-    def forward_invariant(self, x: Tensor, rows: int, precision: str = "fp32") -> Tensor:
-        gate = elementwise_(Tensor.sigmoid_, linear_rows(x, self.gate.weight, self.gate.bias, rows, precision))
-        transform = linear_rows(x, self.transform.weight, self.transform.bias, rows, precision).relu_()
+    def forward_invariant(self, x: Tensor, rows: int, blocking: Blocking) -> Tensor:
+        gate = elementwise_(Tensor.sigmoid_, _linear(x, self.gate, rows, blocking))
+        transform = _linear(x, self.transform, rows, blocking).relu_()
         return gate * transform + (1 - gate) * x
+
+
+def _linear(x: Tensor, layer: nn.Linear, rows: int, blocking: Blocking) -> Tensor:
+    """``layer(x)`` through the batch-invariant kernels of ``blocking``: x (M, I) -> (M, O)."""
+    return linear_rows(x, layer.weight, layer.bias, rows, blocking.precision, int8_kernel=blocking.int8_kernel)
 
 
 def embedding(count: int, dim: int, padding_idx: Optional[int] = None) -> nn.Embedding:
@@ -113,7 +118,7 @@ class CharEncoder(nn.Module):
         pad_to = 32 if any_rows else block
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
-        pad_windows = self._pad_windows(blocking.gemm_rows, blocking.precision)
+        pad_windows = self._pad_windows(blocking.gemm_rows, blocking)
         for start in range(0, n_tokens, block):
             ids = char_ids[start : start + block]
             words = word_ids[start : start + block] if word_ids is not None else None
@@ -121,16 +126,16 @@ class CharEncoder(nn.Module):
             if missing:
                 ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
                 words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
-            encoded = self._encode_block(ids, words, pad_windows, blocking.gemm_rows, blocking.precision)
+            encoded = self._encode_block(ids, words, pad_windows, blocking)
             out[start : start + block] = encoded[: n_tokens - start]
         return out
 
     def _encode_block(
-        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], rows: int, precision: str
+        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], blocking: Blocking
     ) -> Tensor:
         """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
         projection GEMMs take the whole block (a fixed shape already); the convolution windows go
-        in ``rows`` chunks."""
+        in ``blocking.gemm_rows`` chunks."""
         ids, trimmed = self._trim(char_ids)
         chars = self.embedding(ids)  # (n, C', E)
         n_tokens = chars.shape[0]
@@ -140,7 +145,10 @@ class CharEncoder(nn.Module):
             windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
             n_windows = windows.shape[1]
             flat = windows.reshape(n_tokens * n_windows, -1)
-            scores = linear_rows(flat, conv.weight.reshape(conv.out_channels, -1), None, rows, precision)
+            weight = conv.weight.reshape(conv.out_channels, -1)
+            scores = linear_rows(
+                flat, weight, None, blocking.gemm_rows, blocking.precision, int8_kernel=blocking.int8_kernel
+            )
             best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
             if trimmed:
                 best = torch.maximum(best, pad_windows[index])
@@ -148,11 +156,11 @@ class CharEncoder(nn.Module):
             features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
         x = torch.cat(features, dim=1)
         for highway in self._highway_layers():
-            x = highway.forward_invariant(x, n_tokens, precision)
+            x = highway.forward_invariant(x, n_tokens, blocking)
         if word_ids is not None:
             assert self.word_embedding is not None  # forward_invariant's _check_word_ids
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return linear_rows(x, self.projection.weight, self.projection.bias, n_tokens, precision)
+        return _linear(x, self.projection, n_tokens, blocking)
 
     def _conv_layers(self) -> Iterable[_Conv1d]:
         """``self.convs``, typed (to a type checker an ``nn.ModuleList`` holds plain Modules)."""
@@ -181,17 +189,19 @@ class CharEncoder(nn.Module):
         keep = min(n_chars, max(longest + widest - 1, widest))
         return char_ids[:, :keep], keep < n_chars
 
-    def _pad_windows(self, rows: Optional[int] = None, precision: str = "fp32") -> List[Tensor]:
+    def _pad_windows(self, rows: Optional[int] = None, blocking: Optional[Blocking] = None) -> List[Tensor]:
         """Each convolution's scores (without bias) on a window of padding characters only;
-        with ``rows``, computed by the same fixed-shape kernel as the real windows."""
+        with ``rows`` and ``blocking``, computed by the same kernel as the real windows."""
         pad = self.embedding.weight[self.pad_id]  # (E,)
         values = []
         for conv in self._conv_layers():
             width = conv.kernel_size[0]
             window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
             weight = conv.weight.reshape(conv.out_channels, -1)
-            if rows is None:
+            if rows is None or blocking is None:
                 values.append((window @ weight.t())[0])
             else:
-                values.append(linear_rows(window, weight, None, rows, precision)[0])
+                values.append(
+                    linear_rows(window, weight, None, rows, blocking.precision, int8_kernel=blocking.int8_kernel)[0]
+                )
         return values

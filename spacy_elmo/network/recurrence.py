@@ -221,7 +221,9 @@ class StepMatmuls:
     def inputs(self, x: Tensor, scratch: Optional["Scratch"] = None) -> Tensor:
         layer, blocking = self.layer, self.blocking
         out = scratch.take(x.shape[0], layer.weight_ih.shape[0], x) if scratch is not None else None
-        return linear_rows(x, layer.weight_ih, layer.bias, blocking.gemm_rows, blocking.precision, out)
+        return linear_rows(
+            x, layer.weight_ih, layer.bias, blocking.gemm_rows, blocking.precision, out, blocking.int8_kernel
+        )
 
     def recurrent(self, h: Tensor) -> Tensor:
         return self._matmul(h, self.layer.weight_hh)
@@ -231,7 +233,7 @@ class StepMatmuls:
 
     def _matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         if self.blocking.precision == "int8":
-            return quantized.linear(x, weight)
+            return quantized.linear(x, weight, kernel=self.blocking.int8_kernel)
         if self.through_onednn:
             return onednn.linear(x, weight, self.blocking.precision)
         return matmul_rows(x, weight.t(), x.shape[0], self.blocking.precision)  # one fixed-shape block
