@@ -1,4 +1,5 @@
-"""Small file helpers used everywhere: atomic writes of files and of whole directories.
+"""Small file helpers used everywhere: atomic writes of files and of whole directories, and
+where the cache lives.
 
 A reader never sees a half-written file: content goes to a temporary name beside the target,
 is flushed to disk, and is renamed into place (``os.replace`` is atomic on one file system).
@@ -16,6 +17,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Union
 
 PathLike = Union[str, Path]
+CACHE_ENVIRONMENT_VARIABLE = "SPACY_ELMO_CACHE"
+
+
+def cache_dir() -> Path:
+    """The cache root (downloaded models, kernel plans): ``$SPACY_ELMO_CACHE``, else
+    ``$XDG_CACHE_HOME/spacy-elmo``, else ``~/.cache/spacy-elmo``."""
+    configured = os.environ.get(CACHE_ENVIRONMENT_VARIABLE)
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "spacy-elmo"
 
 
 def atomic_write(path: PathLike, write: Callable[[Path], object]) -> Path:

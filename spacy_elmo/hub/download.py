@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
-from ..files import atomic_write_json
+from ..files import atomic_write_json, cache_dir
 from ..progress import progress_bar
 
 if TYPE_CHECKING:
     import requests
 
-CACHE_ENVIRONMENT_VARIABLE = "SPACY_ELMO_CACHE"
 CHUNK_BYTES = 1 << 20
 NETWORK_CHUNK_BYTES = 1 << 16  # an interrupted read loses at most this much of what arrived
 CONNECT_TIMEOUT_S = 15
@@ -51,16 +50,6 @@ class RemoteFile:
     size: Optional[int] = None
     sha256: Optional[str] = None
     pinned_by: Optional[str] = None
-
-
-def cache_dir() -> Path:
-    """The cache root: ``$SPACY_ELMO_CACHE``, else ``$XDG_CACHE_HOME/spacy-elmo``, else
-    ``~/.cache/spacy-elmo``."""
-    configured = os.environ.get(CACHE_ENVIRONMENT_VARIABLE)
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "spacy-elmo"
 
 
 def cached_path(remote: RemoteFile, cache: Optional[Path] = None) -> Path:

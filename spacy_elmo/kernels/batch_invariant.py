@@ -218,6 +218,24 @@ def linear_rows(
     return out
 
 
+def step_matmul(x: Tensor, weight: Tensor, blocking: Blocking) -> Tensor:
+    """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls: x (G, K)
+    -> (G, N). int8 through the blocking's kernel (any G gives the same rows); on a CPU where
+    oneDNN's probe passes, through oneDNN (fp32: any G; bf16: G stays the chunk width); elsewhere
+    as one fixed-shape block of G rows."""
+    if blocking.precision == "int8":
+        return quantized.linear(x, weight, kernel=blocking.int8_kernel)
+    if onednn.available(x.device):
+        return onednn.linear(x, weight, blocking.precision)
+    return matmul_rows(x, weight.t(), x.shape[0], blocking.precision)
+
+
+def step_rows(lanes: int, device: torch.device, blocking: Blocking) -> int:
+    """The rows a step matmul of ``lanes`` working lanes takes: the lanes where any row count gives
+    the same rows, else the whole chunk (``blocking.step_columns``)."""
+    return lanes if rows_any_count(device, blocking.precision) else max(lanes, blocking.step_columns)
+
+
 def rows_any_count(device: torch.device, precision: str) -> bool:
     """Whether matmuls here give each row the same bits whatever the number of rows (then no
     fixed shapes are needed): int8 anywhere (exact integer sums), fp32 and bf16 through oneDNN on

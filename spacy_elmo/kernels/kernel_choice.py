@@ -43,23 +43,30 @@ class PrecisionFallback(UserWarning):
 class KernelChoice:
     """requested: the precision asked for; runs: the one that runs ("fp32" where it fell back);
     kernel: what computes the matmuls; reason: why this kernel (or why not the requested one);
-    features: the CPU features it rests on."""
+    features: the CPU features it rests on; measured: decided by timing (``kernels.plan``), not
+    for a missing feature."""
 
     requested: str
     runs: str
     kernel: str
     reason: str
     features: Tuple[str, ...] = ()
+    measured: bool = False
 
     @property
     def fell_back(self) -> bool:
         return self.runs != self.requested
 
     def warning(self) -> str:
+        remedy = (
+            "`python -m spacy_elmo info --machine` prints the timings"
+            if self.measured
+            else "or run on a CPU with the feature named"
+        )
         return (
             f"precision {self.requested!r} runs as exact 'fp32' on this machine "
             f"({machine.cpu_description()}): {self.reason} Set precision = 'fp32' to say so "
-            "(and silence this), or run on a CPU with the feature named."
+            f"(and silence this); {remedy}."
         )
 
 
@@ -71,10 +78,15 @@ def decide(precision: str, device: torch.device) -> KernelChoice:
 def choose(precision: str, device: torch.device) -> KernelChoice:
     """``decide``, warning once (``PrecisionFallback``) where it falls back to fp32."""
     choice = decide(precision, device)
+    warn_once(choice, stacklevel=4)
+    return choice
+
+
+def warn_once(choice: KernelChoice, stacklevel: int = 3) -> None:
+    """The ``PrecisionFallback`` warning of a choice that fell back, once per process."""
     if choice.fell_back and choice not in _WARNED:
         _WARNED.add(choice)
-        warnings.warn(choice.warning(), PrecisionFallback, stacklevel=3)
-    return choice
+        warnings.warn(choice.warning(), PrecisionFallback, stacklevel=stacklevel)
 
 
 _WARNED: Set[KernelChoice] = set()
@@ -149,16 +161,22 @@ def _int8(device_type: str, features: Optional[frozenset]) -> KernelChoice:
             "it needs exact int8 sums: VNNI (avx512_vnni or avx_vnni), AMX (amx_int8) or at least AVX2, "
             "and this CPU has none of them.",
         )
-    return KernelChoice("int8", "int8", *_INT8_KERNELS[kernel.name], features=kernel.features)
+    return KernelChoice("int8", "int8", *INT8_KERNEL_TEXT[kernel.name], features=kernel.features)
 
 
-_INT8_KERNELS = {
+# An int8 kernel's name (quantized.INT8_KERNELS) -> what it is, and why it is exact.
+INT8_KERNEL_TEXT = {
     "onednn": ("oneDNN int8 linear (AMX tiles)", "int8 dot products summing in int32; exact integer sums"),
     "int_mm": ("torch._int_mm", "int8 dot products summing in int32 (VNNI, or cuBLASLt); exact integer sums"),
     "int_mm_7bit": (
         "torch._int_mm with 7-bit weights",
         "no VNNI: AVX2's int8 pairs saturate int16 unless weights are 7-bit; exact integer sums, "
         "results differ from VNNI CPUs'",
+    ),
+    "onednn_7bit": (
+        "oneDNN int8 linear with 7-bit weights",
+        "no VNNI: 7-bit weights keep AVX2's int8 pairs from saturating; exact integer sums, results differ from "
+        "VNNI CPUs'",
     ),
 }
 

@@ -25,6 +25,8 @@ from torch import Tensor, nn
 from ..kernels import kernel_choice
 from ..kernels.batch_invariant import Blocking
 from ..kernels.cuda_math import ieee_fp32
+from ..kernels.plan import KernelPlan, plan_for
+from ..kernels.precision import check_precision
 from .char_encoder import CharEncoder
 from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
@@ -87,7 +89,7 @@ class BiLM(nn.Module):
         self.token_cache = TokenCache()
         self.carried_state: Optional[LstmState] = None
         self._precision = "fp32"
-        self.precision_choice: Optional[kernel_choice.KernelChoice] = None
+        self.kernel_plan: Optional[KernelPlan] = None
 
     @property
     def device(self) -> torch.device:
@@ -95,23 +97,44 @@ class BiLM(nn.Module):
 
     @property
     def precision(self) -> str:
+        """The precision that runs (what ``kernel_plan`` chose for the one asked for)."""
         return self._precision
 
     @precision.setter
     def precision(self, value: str) -> None:
-        """Asks for ``value``; what runs is what this machine can run fast (``kernel_choice``):
-        exact fp32 where the requested precision has no fast kernel (with one warning)."""
-        choice = kernel_choice.choose(value, self.device)
-        if choice.runs != self._precision:
-            if choice.runs == "int8":
-                kernel_choice.check_int8_fits(self)
-            self._precision = choice.runs
-            self.token_cache.clear()  # its rows were computed in the other precision
-        self.precision_choice = choice
+        """Asks for ``value``; what runs is decided once for this model on this device, by measuring
+        here (``kernels.plan``): the fastest exact kernel, or exact fp32 where none is faster (with
+        one warning). The chosen kernels then run once on two short sentences, so that their probes
+        and weight copies are made now and not in the first call."""
+        check_precision(value)
+        current = self.kernel_plan
+        if current is not None and current.choice.requested == value and current.device == self.device.type:
+            return
+        plan = plan_for(self.config.kernel_shapes(), value, self.device)
+        if plan.runs == "int8":
+            kernel_choice.check_int8_fits(self)
+        if current is None or (plan.runs, plan.int8_kernel) != (current.runs, current.int8_kernel):
+            self.token_cache.clear()  # its rows were computed another way
+        self._precision, self.kernel_plan = plan.runs, plan
+        self._run_kernels_once()
+
+    @property
+    def precision_choice(self) -> Optional[kernel_choice.KernelChoice]:
+        """What runs for the precision asked, through which kernel and why (None before one is set)."""
+        return self.kernel_plan.choice if self.kernel_plan is not None else None
 
     def blocking_for_run(self) -> Blocking:
         blocking = self.blocking or Blocking.for_device(self.device)
-        return dataclasses.replace(blocking, precision=self._precision)
+        if self.kernel_plan is None:
+            return dataclasses.replace(blocking, precision=self._precision)
+        return self.kernel_plan.blocking(blocking)
+
+    def _run_kernels_once(self) -> None:
+        bos, eos = self.indexer.bos_token, self.indexer.eos_token
+        strings = [bos, "the", eos, bos, "the", "end", eos]
+        with torch.inference_mode():
+            tokens = self.token_representations(*self.encode_tokens(strings))
+            self.contextualize(tokens, [3, 4])
 
     def encode_tokens(self, tokens: Sequence[str]) -> Tuple[Tensor, Optional[Tensor]]:
         """N token strings -> (char ids (N, C), word ids (N,) or None), long, on the bilm's device."""

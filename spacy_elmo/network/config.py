@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
+from ..kernels.plan import ModelShapes
 from .chars import BYTE_ENCODING, MAX_WORD_LENGTH, N_CHARACTERS, TABLE_ENCODING
 
 _ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
@@ -78,6 +79,22 @@ class BiLMConfig:
 
     def replace(self, **changes: Any) -> "BiLMConfig":
         return dataclasses.replace(self, **changes)
+
+    def kernel_shapes(self) -> ModelShapes:
+        """The sizes that set this model's matmul shapes (what its kernel plan is measured at)."""
+        width, count = max(self.filters, key=lambda pair: (pair[0] * pair[1], pair[0]))
+        work = sum(w * n for w, n in self.filters)
+        return ModelShapes(
+            projection_dim=self.projection_dim,
+            lstm_dim=self.lstm_dim,
+            n_layers=self.n_layers,
+            highway_dim=self.n_filters,
+            n_highway=self.n_highway,
+            token_inputs=self.n_filters + self.word_dim,
+            widest_filters=count,
+            widest_inputs=self.char_embedding_dim * width,
+            conv_share=work / (width * count),
+        )
 
     @property
     def needs_vocabulary(self) -> bool:

@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..kernels import onednn, quantized
+from ..kernels import onednn
 from ..kernels.batch_invariant import (
     Blocking,
     elementwise_,
     linear_rows,
-    matmul_rows,
     rows_any_count,
     smallest_clean_count,
+    step_matmul,
 )
 from ..kernels.onednn import holds_at_thread_counts
 
@@ -207,15 +207,12 @@ def _token_tables(
 class StepMatmuls:
     """The three matmuls of a layer in the step loop, token-major: the input projection
     x (N, I) -> (N, 4H) with the bias, the recurrence h (G, P) -> (G, 4H) and the projection
-    hidden (G, H) -> (G, P).
-
-    In int8 they run through ``quantized`` on any device, and any G gives the same rows
-    (``any_rows``). Otherwise on CPU they run through oneDNN (``onednn``): in fp32 any G gives
-    the same rows; in bf16 G stays the chunk width. Elsewhere they run on fixed shapes."""
+    hidden (G, H) -> (G, P), through ``batch_invariant.step_matmul``: where any G gives the same
+    rows (``any_rows``: int8, and fp32 through oneDNN on CPU) G is the working lanes, elsewhere
+    the chunk width."""
 
     def __init__(self, layer: LstmLayer, blocking: Blocking, device: torch.device) -> None:
         self.layer, self.blocking = layer, blocking
-        self.through_onednn = onednn.available(device)
         self.any_rows = rows_any_count(device, blocking.precision)
 
     def inputs(self, x: Tensor, scratch: Optional["Scratch"] = None) -> Tensor:
@@ -226,17 +223,10 @@ class StepMatmuls:
         )
 
     def recurrent(self, h: Tensor) -> Tensor:
-        return self._matmul(h, self.layer.weight_hh)
+        return step_matmul(h, self.layer.weight_hh, self.blocking)
 
     def project(self, hidden: Tensor) -> Tensor:
-        return self._matmul(hidden, self.layer.weight_hr)
-
-    def _matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        if self.blocking.precision == "int8":
-            return quantized.linear(x, weight, kernel=self.blocking.int8_kernel)
-        if self.through_onednn:
-            return onednn.linear(x, weight, self.blocking.precision)
-        return matmul_rows(x, weight.t(), x.shape[0], self.blocking.precision)  # one fixed-shape block
+        return step_matmul(hidden, self.layer.weight_hr, self.blocking)
 
 
 class Scratch:
