@@ -23,13 +23,26 @@ TEXT = "The bank raised its rates."
 
 @pytest.fixture
 def simulated_cpu(monkeypatch):
-    """Set the CPU features the decisions read; warnings already given are forgotten."""
+    """Set the CPU features the decisions read, and with ``probes`` whether every kernel probe
+    passes (else this machine's probes run); decisions and warnings already made are forgotten."""
     monkeypatch.setattr(kernel_choice, "_WARNED", set())
 
-    def simulate(features):
+    def simulate(features, probes=None):
         monkeypatch.setattr(machine, "cpu_features", lambda: frozenset(features))
+        if probes is not None:
+            for name in ("int_mm_sums_exact", "onednn_sums_exact"):
+                monkeypatch.setattr(quantized, name, lambda *levels: probes)
+            monkeypatch.setattr(kernel_choice.onednn, "bf16_runs", lambda: probes)
+            monkeypatch.setattr(kernel_choice.onednn, "_probe_passes", lambda precision: probes)
+        forget_decisions()
 
-    return simulate
+    yield simulate
+    forget_decisions()
+
+
+def forget_decisions():
+    kernel_choice._choose.cache_clear()
+    quantized._cpu_int8_kernels.cache_clear()
 
 
 def test_the_oneDNN_cap_removes_features_as_a_lesser_cpu_lacks_them(monkeypatch):
@@ -62,39 +75,45 @@ def test_a_cap_only_ever_lowers(monkeypatch, flags, cap, expected):
     assert reason == expected if expected is None else reason.startswith(expected)
 
 
-def test_what_each_cpu_class_runs(simulated_cpu):
-    """The decisions per CPU class; the probes are this machine's (a kernel a probe rejects here
-    falls to the next one)."""
-    simulated_cpu(AVX2)
+def test_what_each_cpu_class_runs_where_its_kernels_probe_exact(simulated_cpu):
+    """The decisions per CPU class, every probe passing (the probes are tested on this machine apart:
+    test_the_exactness_probe_rejects_saturating_sums_unless_weights_are_7_bit, tests/test_onednn.py)."""
+    simulated_cpu(AVX2, probes=True)
     assert kernel_choice.decide("fp32", CPU).runs == "fp32"
     bf16 = kernel_choice.decide("bf16", CPU)
     assert bf16.fell_back and "avx512_bf16" in bf16.reason and "amx_bf16" in bf16.reason
-    if quantized.int_mm_sums_exact(quantized.INT7_MAX):
-        int8 = kernel_choice.decide("int8", CPU)
-        assert int8.runs == "int8" and "7-bit" in int8.kernel and int8.features == ("avx2",)
+    int8 = kernel_choice.decide("int8", CPU)
+    assert int8.runs == "int8" and "7-bit" in int8.kernel and int8.features == ("avx2",)
+    assert [k.name for k in quantized.exact_int8_kernels(CPU)] == ["int_mm_7bit", "onednn_7bit"], "both timed"
 
-    simulated_cpu(AVX512)
+    simulated_cpu(AVX512, probes=True)
     assert kernel_choice.decide("bf16", CPU).fell_back, "AVX-512 without BF16 converts in software: slower"
 
-    simulated_cpu(ZEN5)
-    if quantized.int_mm_sums_exact(quantized.INT8_MAX):
-        int8 = kernel_choice.decide("int8", CPU)
-        assert int8.kernel == "torch._int_mm" and "avx512_vnni" in int8.features
-        assert quantized.int8_kernel(CPU, ZEN5).name == "int_mm", "oneDNN's int8 without AMX: its reference kernel"
-    if kernel_choice.onednn.bf16_runs():
-        assert kernel_choice.decide("bf16", CPU).runs == "bf16"
+    simulated_cpu(ZEN5, probes=True)
+    int8 = kernel_choice.decide("int8", CPU)
+    assert int8.kernel == "torch._int_mm" and "avx512_vnni" in int8.features
+    assert [k.name for k in quantized.exact_int8_kernels(CPU)] == ["int_mm"], "oneDNN's int8 without AMX: its reference"
+    bf16 = kernel_choice.decide("bf16", CPU)
+    assert bf16.runs == "bf16" and bf16.kernel == "oneDNN bf16, any row count"
 
-    simulated_cpu(SAPPHIRE_RAPIDS)
-    if quantized.onednn_sums_exact():
-        assert quantized.int8_kernel(CPU, SAPPHIRE_RAPIDS).name == "onednn"
-    if kernel_choice.onednn.bf16_runs():
-        bf16 = kernel_choice.decide("bf16", CPU)
-        assert bf16.runs == "bf16" and "fixed shapes" in bf16.kernel, "AMX tiles change kernels with the row count"
+    simulated_cpu(SAPPHIRE_RAPIDS, probes=True)
+    assert quantized.int8_kernel(CPU).name == "onednn"
+    bf16 = kernel_choice.decide("bf16", CPU)
+    assert bf16.runs == "bf16" and "fixed shapes" in bf16.kernel, "AMX tiles change kernels with the row count"
 
-    simulated_cpu(frozenset())  # no AVX2: an old x86, or where no flags can be read
+    simulated_cpu(frozenset(), probes=True)  # no AVX2: an old x86, or where no flags can be read
     for precision in ("bf16", "int8"):
         choice = kernel_choice.decide(precision, CPU)
         assert choice.fell_back and choice.runs == "fp32" and choice.kernel == "exact fp32 in its place"
+
+
+@pytest.mark.parametrize("features", [AVX2, ZEN5, SAPPHIRE_RAPIDS], ids=["AVX2", "ZEN5", "SAPPHIRE_RAPIDS"])
+def test_where_no_kernel_probes_exact_each_precision_runs_fp32(simulated_cpu, features):
+    simulated_cpu(features, probes=False)
+    assert kernel_choice.decide("int8", CPU).fell_back and not quantized.exact_int8_kernels(CPU)
+    bf16 = kernel_choice.decide("bf16", CPU)
+    assert bf16.fell_back and bf16.runs == "fp32"
+    assert kernel_choice.decide("fp32", CPU).kernel == "MKL fp32 on fixed shapes", "oneDNN's row-count probe failed"
 
 
 def test_a_fallback_warns_once_naming_the_feature_and_the_alternative(simulated_cpu):

@@ -82,11 +82,16 @@ def why_not_cap(cap: str) -> Optional[str]:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    """The CPU's model name, with its family and model numbers where /proc/cpuinfo gives them (a
+    virtual machine may name only the vendor's line: "AMD EPYC, family 26 model 2" is a Zen 5)."""
+    fields: Dict[str, str] = {}
     for row in _cpuinfo().splitlines():
-        if row.startswith("model name"):
-            return row.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown CPU"
+        key, _, value = row.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    if fields.get("cpu family") and fields.get("model"):
+        name += f", family {fields['cpu family']} model {fields['model']}"
+    return name
 
 
 def cpu_description() -> str:

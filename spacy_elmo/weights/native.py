@@ -56,7 +56,8 @@ def save_bilm(bilm: BiLM, directory: PathLike) -> Path:
 
 def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> BiLM:
     """Load a native biLM: a directory (or its ``model.safetensors``). Returns the module in eval
-    mode on ``device`` (default CPU)."""
+    mode on ``device`` (default CPU), its kernels decided for exact fp32 (set ``precision`` for
+    another)."""
     directory = _native_directory(Path(path))
     config = read_config(directory / CONFIG_FILE)
     indexer = read_vocabulary(directory / VOCABULARY_FILE, config) if config.needs_vocabulary else None
@@ -64,7 +65,9 @@ def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> 
     with torch.device("meta"):  # no memory for weights that the file's replace at once
         bilm = BiLM(config, indexer)
     load_state(bilm, tensors, directory / WEIGHTS_FILE, assign=True)
-    return bilm.to(device or "cpu").eval()
+    bilm = bilm.to(device or "cpu").eval()
+    bilm.precision = "fp32"  # decided at load: the kernels' probes and weight copies, not in the first call
+    return bilm
 
 
 def read_vocabulary(path: Path, config: BiLMConfig) -> TokenIndexer:
