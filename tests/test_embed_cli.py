@@ -123,7 +123,7 @@ def test_empty_lines_and_a_line_of_100000_tokens(tmp_path, pipeline):
 
 
 def test_a_folder_and_parquet_give_the_lines_of_the_text_file(tmp_path, pipeline, corpus_file, in_process):
-    import pyarrow as pa
+    pa = pytest.importorskip("pyarrow", reason="Parquet input needs pyarrow (the ray extra brings it)")
     import pyarrow.parquet as pq
 
     settings = EmbedSettings(str(pipeline), block_lines=4)
