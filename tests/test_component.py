@@ -1,6 +1,7 @@
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,6 +132,47 @@ def test_pipe_batching_and_processes_match_one_by_one(nlp):
         assert np.array_equal(one._.elmo_data, three._.elmo_data)
         for token_a, token_b in zip(one, three):
             assert np.array_equal(token_a.vector, token_b.vector)
+
+
+def test_the_pipeline_pickles_and_its_copy_gives_the_same_bits_from_empty_caches(tiny_weights):
+    nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
+    expected = nlp(TEXT)._.elmo_data
+    copy = pickle.loads(pickle.dumps(nlp))
+    elmo = copy.get_pipe("elmo")
+    assert len(elmo.bilm.token_cache) == 0 and elmo._sentences._tokens == 0, "caches are rebuilt, not copied"
+    assert np.array_equal(copy(TEXT)._.elmo_data, expected)
+    assert elmo.bilm.kernel_plan is not None, "the copy decides its kernels where it runs"
+
+
+# A worker started by spawn (the default on macOS and Windows) or a fork server unpickles the pipeline.
+START_METHOD_CHECK = """
+import json, multiprocessing, sys
+sys.path.insert(0, {tests!r})
+from conftest import make_nlp
+if __name__ == "__main__":
+    multiprocessing.set_start_method({method!r}, force=True)
+    nlp = make_nlp({weights!r})
+    texts = ["The bank raised its rates.", "Short.", "", "A longer text. " * 6, "Emoji 😀 and 中文."]
+    alone = [nlp(text)._.elmo_data.tolist() for text in texts]
+    workers = [doc._.elmo_data.tolist() for doc in nlp.pipe(texts, batch_size=2, n_process=2)]
+    print(json.dumps(alone == workers))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spawn", pytest.param("forkserver", marks=pytest.mark.matrix)])
+def test_pipe_with_processes_started_by_spawn_or_a_fork_server_matches_one_process(tiny_weights, tmp_path, method):
+    """It failed with "cannot pickle '_thread.lock' object" before the caches pickled without their locks."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "check.py"
+    script.write_text(
+        START_METHOD_CHECK.format(tests=str(Path(__file__).parent), method=method, weights=str(tiny_weights))
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "true"
 
 
 def test_pipeline_round_trips(nlp, tmp_path):

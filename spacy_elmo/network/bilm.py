@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +117,14 @@ class BiLM(nn.Module):
             self.token_cache.clear()  # its rows were computed another way
         self._precision, self.kernel_plan = plan.runs, plan
         self._run_kernels_once()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """Pickled (into a spawned worker, say) without its kernel plan: the process that unpickles it
+        may run on another machine, so the plan is made again there when a precision is set (the
+        component sets it on every call)."""
+        state = dict(self.__dict__)
+        state.update(kernel_plan=None, _precision="fp32")
+        return state
 
     @property
     def precision_choice(self) -> Optional[kernel_choice.KernelChoice]:

@@ -125,13 +125,11 @@ class TokenCache:
             self._fingerprint = fingerprint
 
     def __getstate__(self) -> Dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
+        """Its settings, not its lock or its rows: a copy (pickled into another process) starts empty."""
+        return {"capacity": self._capacity}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
+        self.__init__(state["capacity"])  # type: ignore[misc]
 
 
 def encode_distinct(tokens: Sequence[str], encode: Callable[[List[str]], Tensor]) -> Tensor:

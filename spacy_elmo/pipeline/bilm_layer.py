@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -49,10 +50,13 @@ class SentenceEncoder(nn.Module):
 
 
 def _single_thread_after_fork() -> None:
-    """In a process forked from the one that imported us (``nlp.pipe(n_process=...)``), run torch
-    on one thread: the parent's OpenMP thread pool does not survive ``fork``, and a parallel region
-    would wait for it forever. Results do not depend on the thread count."""
-    if os.getpid() != _IMPORTED_IN and torch.get_num_threads() != 1:
+    """In a worker of ``nlp.pipe(n_process=N)``, run torch on one thread: forked from the process
+    that imported us, the parent's OpenMP thread pool does not survive ``fork`` and a parallel
+    region would wait for it forever; spawned (the default on macOS and Windows) or started by a
+    fork server, N workers of a thread per core each would ask for N times the cores. Results do
+    not depend on the thread count."""
+    worker = os.getpid() != _IMPORTED_IN or multiprocessing.parent_process() is not None
+    if worker and torch.get_num_threads() != 1:
         torch.set_num_threads(1)
 
 

@@ -25,6 +25,13 @@ class SentenceCache:
         self._tokens = 0
         self._owner: Optional[Tuple[int, str]] = None
 
+    def __getstate__(self) -> dict:
+        """Its capacity, not its lock or its entries: a copy (pickled into another process) starts empty."""
+        return {"capacity": self.capacity}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["capacity"])  # type: ignore[misc]
+
     def for_model(self, bilm: BiLM) -> "SentenceCache":
         """This cache, emptied first unless its layers came from ``bilm`` in its current precision."""
         owner = (id(bilm), bilm.precision)
