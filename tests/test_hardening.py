@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
+import torch
 from conftest import make_nlp, random_bilm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -97,6 +98,38 @@ def test_threads_give_the_sequential_vectors(nlp):
     for thread in threads:
         thread.join()
     assert all(np.array_equal(a, b) for a, b in zip(sequential, results))
+
+
+def test_threads_on_pipelines_never_run_give_the_sequential_vectors(tiny_elmo_pipeline):
+    """8 threads from a cold start: two pipelines loaded from the same files, fp32 and int8, never
+    called before, each thread calling both on texts of mixed lengths, 3 rounds; against a run of
+    fresh pipelines one text after another. The process's thread count is never changed."""
+    texts = [" ".join(["word"] * (1 + i * 7 % 40)) + f". Then {i} more." for i in range(24)]
+
+    def fresh(precision):
+        return spacy.load(tiny_elmo_pipeline, config={"components": {"elmo": {"precision": precision}}})
+
+    precisions = ("fp32", "int8")
+    sequential = {p: fresh(p) for p in precisions}
+    expected = {p: [sequential[p](t)._.elmo_data for t in texts] for p in precisions}
+    pipelines = {p: fresh(p) for p in precisions}
+    threads_before, start, results = torch.get_num_threads(), threading.Barrier(8), {}
+
+    def work(k):
+        start.wait()
+        for round_ in range(3):
+            for i in range(k, len(texts), 8):
+                for p in precisions:
+                    results[p, i, round_] = pipelines[p](texts[i])._.elmo_data
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert len(results) == 3 * len(texts) * len(precisions), "every call returned"
+    assert all(np.array_equal(layers, expected[p][i]) for (p, i, _), layers in results.items())
+    assert torch.get_num_threads() == threads_before
 
 
 def _rss_mb() -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -53,43 +53,35 @@ class TokenCache:
     def lookup(self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]) -> Tensor:
         """Representations of ``tokens``: (len(tokens), P). Unknown tokens go through
         ``encode(list_of_strings) -> (n, P)`` once each and are remembered."""
-        if self.capacity == 0:
-            return encode_distinct(tokens, encode)
-        with self._lock:
-            return self._lookup(tokens, encoder, encode)
-
-    def _lookup(self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]) -> Tensor:
-        self._check_fingerprint(encoder)
         unique = list(dict.fromkeys(tokens))
-        missing = [token for token in unique if token not in self._slots]
-        self.misses += len(missing)
-        self.hits += len(unique) - len(missing)
-        fresh = encode(missing) if missing else None
-        position = {token: i for i, token in enumerate(unique)}
-        if len(unique) > self.capacity:  # more types than fit: serve this batch without storing
-            rows = self._assemble(unique, missing, fresh)
-        else:
-            if fresh is not None:
-                self._store(missing, fresh, keep=set(unique))
-            for token in unique:
-                self._slots.move_to_end(token)
-            # Every token of ``unique`` is in _slots now, so _rows is set, unless there are no tokens at all:
-            # then on an empty cache _rows is None and this raises, as it always has.
-            table = cast(Tensor, self._rows)
-            rows = table[torch.tensor([self._slots[t] for t in unique], device=table.device)]
-        return rows[torch.tensor([position[t] for t in tokens], device=rows.device, dtype=torch.long)]
+        if self.capacity == 0 or not unique:
+            return encode_distinct(tokens, encode)
+        with self._lock:  # what is known, read out under the lock ...
+            fingerprint = self._check_fingerprint(encoder)
+            known = [token for token in unique if token in self._slots]
+            missing = [token for token in unique if token not in self._slots]
+            self.hits, self.misses = self.hits + len(known), self.misses + len(missing)
+            known_rows = self._rows_of(known)
+        fresh = encode(missing) if missing else None  # ... the rest encoded outside it: threads side by side
+        if fresh is not None and len(unique) <= self.capacity:
+            with self._lock:
+                if fingerprint == self._fingerprint:  # not weights changed meanwhile
+                    stored = [i for i, token in enumerate(missing) if token not in self._slots]
+                    if stored:
+                        self._store([missing[i] for i in stored], fresh[stored], keep=set(unique))
+        parts = [rows for rows in (known_rows, fresh) if rows is not None]
+        table = parts[0] if len(parts) == 1 else torch.cat(parts)
+        position = {token: i for i, token in enumerate(known + missing)}
+        return table[torch.tensor([position[t] for t in tokens], device=table.device, dtype=torch.long)]
 
-    def _assemble(self, unique: List[str], missing: List[str], fresh: Tensor | None) -> Tensor:
-        missing_index = {token: i for i, token in enumerate(missing)}
-        parts = []
-        for token in unique:
-            if token in missing_index:
-                assert fresh is not None  # fresh = encode(missing), and missing holds this token
-                parts.append(fresh[missing_index[token]])
-            else:
-                assert self._rows is not None  # a token in _slots has its row in _rows
-                parts.append(self._rows[self._slots[token]])
-        return torch.stack(parts)
+    def _rows_of(self, known: List[str]) -> Tensor | None:
+        """The rows of tokens in the cache (a copy), marked most recently used; None for none."""
+        if not known:
+            return None
+        assert self._rows is not None  # a token in _slots has its row in _rows
+        for token in known:
+            self._slots.move_to_end(token)
+        return self._rows[torch.tensor([self._slots[t] for t in known], device=self._rows.device)]
 
     def _store(self, tokens: List[str], rows: Tensor, keep: set) -> None:
         self._reserve(rows)
@@ -118,11 +110,13 @@ class TokenCache:
             free.append(self._slots.pop(token))
         return free
 
-    def _check_fingerprint(self, encoder: nn.Module) -> None:
+    def _check_fingerprint(self, encoder: nn.Module) -> Tuple:
+        """The encoder's weights as they are now; the cache emptied where they changed."""
         fingerprint = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in encoder.parameters())
         if fingerprint != self._fingerprint:
             self.clear()
             self._fingerprint = fingerprint
+        return fingerprint
 
     def __getstate__(self) -> Dict[str, Any]:
         """Its settings, not its lock or its rows: a copy (pickled into another process) starts empty."""
