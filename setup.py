@@ -18,7 +18,7 @@ setup(
     license="MIT",
     packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"]),
     package_data={"spacy_elmo": ["py.typed"]},
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     install_requires=[
         # What the compatibility matrix passed (docs/compatibility.md, `nox -s compat`); torch open
         # below the next major while the newest release passes. Install torch first.
