@@ -39,6 +39,8 @@ setup(
         "train": ["matplotlib>=3.5", "gensim>=4.3"],
         # `embed --ray / --ray-address`: blocks embedded by actors on Ray Data (one machine or a cluster)
         "ray": ["ray[data]>=2.40,<3"],
+        # `serve`: the pipeline behind HTTP on Ray Serve (batching by tokens: batch_size_fn, verified on Ray 2.60)
+        "serve": ["ray[serve]>=2.60,<3", "orjson>=3.9"],
         # spaCy's lemma tables, for pipelines around models trained on lemmas (saved inside them)
         "lemmas": ["spacy-lookups-data>=1.0.3"],
         "dev": [
@@ -46,7 +48,9 @@ setup(
             "pytest>=7",
             "h5py>=3.8",
             "hypothesis>=6",
-            "ray[data]>=2.40,<3",
+            "ray[data,serve]>=2.60,<3",
+            "orjson>=3.9",
+            "httpx>=0.27",  # the tests' HTTP client
             "matplotlib>=3.5",
             "gensim>=4.3",
             "build>=1.0",

@@ -48,7 +48,7 @@ from spacy_elmo.network.config import BiLMConfig
 warnings.simplefilter("ignore")
 shapes = BiLMConfig.preset("original").kernel_shapes()
 made = {p: plan.plan_for(shapes, p, torch.device("cpu")) for p in ("fp32", "bf16", "int8")}
-print(json.dumps({p: [m.runs, m.choice.kernel, plan.ratio_text(m)] for p, m in made.items()}))
+print(json.dumps({p: [m.runs, m.choice.kernel, plan.ratio_text(m), m.steady] for p, m in made.items()}))
 """
 
 
@@ -116,6 +116,8 @@ def render(order: List[str]) -> str:
         chosen = " / ".join(
             f"{k[p][0]}{' ' + k[p][2] if k[p][2] != '-' else ''}" if p in k else "?" for p in ("bf16", "int8")
         )
+        if any(len(k[p]) < 4 or not k[p][3] for p in ("bf16", "int8") if p in k):
+            chosen += " (timed on a busy machine: not a verdict on the kernels)"
         lines.append(
             f"| {v['python']} | {v['torch']} | {v['spacy']} | {v['thinc']} | {v['numpy']} | {t['passed']} | "
             f"{t['failed']} | {t['skipped']} | {t['seconds'] / 60:.1f} | {chosen} | {row['machine']}, {row['date']} |"

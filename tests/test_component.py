@@ -315,6 +315,23 @@ def test_sentence_cache_is_exact_bounded_and_follows_the_weights(tiny_weights, t
     assert counted == [1], "another biLM: nothing is served from the old cache"
 
 
+def test_the_caches_are_bounded_in_bytes_by_their_settings(tiny_weights):
+    nlp = make_nlp(tiny_weights, sentence_cache_tokens=100000, sentence_cache_mb=0.01, token_cache_mb=0.001)
+    elmo = nlp.get_pipe("elmo")
+    token_bound, sentence_bound = elmo.bilm.token_cache.max_bytes, elmo._sentences.max_bytes
+    assert (token_bound, sentence_bound) == (1048, 10485)
+    texts = [f"Sentence {i} has words{i} and more{i} in it." for i in range(30)]
+    for text in texts:  # one at a time: each call's tokens fit the token cache
+        doc = nlp(text)
+        assert elmo._sentences.nbytes <= sentence_bound and elmo.bilm.token_cache.nbytes <= token_bound
+    assert len(elmo.bilm.token_cache) == token_bound // (elmo.bilm.config.projection_dim * 4)
+    assert elmo._sentences.nbytes > sentence_bound // 2, "the cache is used up to its bound"
+    assert np.array_equal(doc._.elmo_data, make_nlp(tiny_weights)(texts[-1])._.elmo_data)
+    for bad in (-1, -0.5):
+        with pytest.raises(ValueError, match=f"token_cache_mb must be a number of megabytes >= 0, got {bad!r}"):
+            make_nlp(tiny_weights, token_cache_mb=bad)
+
+
 def test_sentence_cache_follows_the_precision(tiny_weights):
     nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
     text = "The cat sat on the mat."

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 from conftest import random_bilm
 
@@ -87,3 +88,24 @@ def test_shrinking_the_capacity_empties_the_cache():
     assert len(bilm.token_cache) == 0
     embed_sentences(bilm, [SENTENCES[1]])
     assert len(bilm.token_cache) == 5  # <S>, a, dog, sat, </S>
+
+
+def test_a_bound_in_bytes_caps_the_rows_kept():
+    bilm = random_bilm()
+    width = bilm.config.projection_dim
+    cache = TokenCache(capacity=1000, max_bytes=5 * width * 4)  # room for 5 float32 rows
+    bilm.token_cache = cache
+    cached = embed_sentences(bilm, [SENTENCES[1]])  # <S>, a, dog, sat, </S>
+    assert len(cache) == 5 and cache.nbytes <= cache.max_bytes
+    embed_sentences(bilm, SENTENCES)  # more distinct tokens than fit: computed, not kept
+    assert len(cache) == 5
+    bilm.token_cache = TokenCache(capacity=0)
+    assert np.array_equal(cached[0], embed_sentences(bilm, [SENTENCES[1]])[0]), "still exact"
+    cache.max_bytes = 2 * width * 4
+    assert len(cache) == 0 and cache.nbytes == 0, "a lower bound empties it"
+    cache.max_bytes = 5 * width * 4
+    for i in range(40):  # many new tokens: the bound holds throughout
+        cache.lookup([f"w{i}", f"v{i}"], bilm.char_encoder, lambda s: bilm.token_representations(*bilm.encode_tokens(s)))
+        assert len(cache) <= 5 and cache.nbytes <= cache.max_bytes
+    with pytest.raises(ValueError, match="max_bytes must be an integer >= 0 or None, got -1"):
+        cache.max_bytes = -1

@@ -16,16 +16,18 @@ from torch import Tensor, nn
 
 
 class TokenCache:
-    """Up to ``capacity`` token representations; ``capacity=0`` keeps nothing between calls.
-    Within a call each distinct token is encoded once either way (sentence boundaries and
-    function words repeat in every batch)."""
+    """Up to ``capacity`` token representations and at most ``max_bytes`` of them; ``capacity=0``
+    keeps nothing between calls. Within a call each distinct token is encoded once either way
+    (sentence boundaries and function words repeat in every batch)."""
 
-    def __init__(self, capacity: int = 20000) -> None:
+    def __init__(self, capacity: int = 20000, max_bytes: int | None = None) -> None:
         self._lock = threading.RLock()  # one lookup at a time: several threads may share a biLM
         self._slots: "OrderedDict[str, int]" = OrderedDict()
         self._rows: Tensor | None = None
         self._fingerprint: Tuple = ()
+        self._max_bytes: int | None = None
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.hits = 0
         self.misses = 0
 
@@ -41,6 +43,32 @@ class TokenCache:
             self._capacity = value
             if len(self._slots) > value or (self._rows is not None and self._rows.shape[0] > value):
                 self.clear()
+
+    @property
+    def max_bytes(self) -> int | None:
+        """The most bytes its rows may take (None: ``capacity`` alone bounds it)."""
+        return self._max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int | None) -> None:
+        if value is not None and (not isinstance(value, int) or value < 0):
+            raise ValueError(f"TokenCache max_bytes must be an integer >= 0 or None, got {value!r}.")
+        with self._lock:
+            self._max_bytes = value
+            if self._rows is not None and self._rows.shape[0] > self._row_limit(self._rows):
+                self.clear()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its rows take now (rows are allocated as the cache fills)."""
+        rows = self._rows
+        return 0 if rows is None else rows.numel() * rows.element_size()
+
+    def _row_limit(self, like: Tensor) -> int:
+        """How many rows like ``like``'s may be kept: ``capacity``, fewer where ``max_bytes`` says so."""
+        if self._max_bytes is None:
+            return self._capacity
+        return min(self._capacity, self._max_bytes // max(1, like.shape[1] * like.element_size()))
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -63,7 +91,7 @@ class TokenCache:
             self.hits, self.misses = self.hits + len(known), self.misses + len(missing)
             known_rows = self._rows_of(known)
         fresh = encode(missing) if missing else None  # ... the rest encoded outside it: threads side by side
-        if fresh is not None and len(unique) <= self.capacity:
+        if fresh is not None and len(unique) <= self._row_limit(fresh):
             with self._lock:
                 if fingerprint == self._fingerprint:  # not weights changed meanwhile
                     stored = [i for i, token in enumerate(missing) if token not in self._slots]
@@ -92,11 +120,12 @@ class TokenCache:
             self._slots[token] = slot
 
     def _reserve(self, like: Tensor) -> None:
+        limit = self._row_limit(like)
         if self._rows is None:
-            self._rows = like.new_empty(min(self.capacity, max(1024, like.shape[0])), like.shape[1])
-        needed = min(self.capacity, len(self._slots) + like.shape[0])
+            self._rows = like.new_empty(min(limit, max(1024, like.shape[0])), like.shape[1])
+        needed = min(limit, len(self._slots) + like.shape[0])
         if needed > self._rows.shape[0]:
-            size = min(self.capacity, max(needed, 2 * self._rows.shape[0]))
+            size = min(limit, max(needed, 2 * self._rows.shape[0]))
             grown = self._rows.new_empty(size, self._rows.shape[1])
             grown[: self._rows.shape[0]] = self._rows
             self._rows = grown
@@ -120,10 +149,10 @@ class TokenCache:
 
     def __getstate__(self) -> Dict[str, Any]:
         """Its settings, not its lock or its rows: a copy (pickled into another process) starts empty."""
-        return {"capacity": self._capacity}
+        return {"capacity": self._capacity, "max_bytes": self._max_bytes}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state["capacity"])  # type: ignore[misc]
+        self.__init__(state["capacity"], state.get("max_bytes"))  # type: ignore[misc]
 
 
 def encode_distinct(tokens: Sequence[str], encode: Callable[[List[str]], Tensor]) -> Tensor:

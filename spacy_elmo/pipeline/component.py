@@ -41,7 +41,7 @@ from .listeners import MixListeners
 from .mix_settings import MixSettings
 from .sentence_cache import SentenceCache
 from .sentence_runs import doc_layers
-from .settings import DEFAULTS, checked_settings
+from .settings import DEFAULTS, checked_settings, megabytes
 from .storage import Storage
 from .token_input import LEMMA, ORTH, check_docs_have, check_input_attr, require_lemmatizer, token_string
 
@@ -75,6 +75,8 @@ def make_elmo(
     max_sentence_length: int,
     max_batch_tokens: int,
     sentence_cache_tokens: int,
+    sentence_cache_mb: float,
+    token_cache_mb: float,
     precision: str,
     store: str,
     store_dtype: str,
@@ -104,7 +106,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         self._settings = {key: value for key, value in self.cfg.items() if key not in ("weights", "centering")}
         self._warned_update = False
         self._centering: Optional[Tuple[dict, Optional[Centering]]] = None
-        self._sentences = SentenceCache(self.cfg["sentence_cache_tokens"])
+        self._sentences = SentenceCache(self.cfg["sentence_cache_tokens"], megabytes(self.cfg["sentence_cache_mb"]))
         self.listener_map: Dict[str, List[Model]] = {}
 
     @property
@@ -166,6 +168,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         self.model.attrs["has_weights"] = True
         self._take_input_attr(check_input_attr(recorded_input_attr(directory)), nlp)
         self.bilm.precision = self.cfg["precision"]  # decided here: a fast kernel, fp32 (warned) or refused
+        self.bilm.token_cache.max_bytes = megabytes(self.cfg["token_cache_mb"])
         self.cfg["weights"] = str(path)
         self.cfg["centering"] = None
         _ = self.mix  # check layer_weights against the loaded biLM
@@ -243,6 +246,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         self.cfg.update(self._settings)
         if self.model.attrs.get("has_weights"):
             self.bilm.precision = self.cfg["precision"]  # decided on load, as at initialize
+            self.bilm.token_cache.max_bytes = megabytes(self.cfg["token_cache_mb"])
         return self
 
     def _take_input_attr(self, trained_on: Optional[str], nlp: Optional[Language]) -> None:

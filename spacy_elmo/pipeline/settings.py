@@ -4,7 +4,7 @@ checks a component makes of them when it is built, so that a wrong value fails a
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from ..kernels.precision import check_precision
 from .centering import check_centering_settings
@@ -23,6 +23,8 @@ DEFAULTS: Dict[str, Any] = {
     "max_sentence_length": 256,
     "max_batch_tokens": 4096,
     "sentence_cache_tokens": 0,
+    "sentence_cache_mb": 256.0,
+    "token_cache_mb": 64.0,
     "precision": "fp32",
     "store": "layers",
     "store_dtype": "float32",
@@ -44,6 +46,10 @@ def checked_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
         raise ValueError(
             f"elmo: sentence_cache_tokens must be an integer >= 0, got {values['sentence_cache_tokens']!r}."
         )
+    for setting in ("sentence_cache_mb", "token_cache_mb"):
+        value = values[setting]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise ValueError(f"elmo: {setting} must be a number of megabytes >= 0, got {value!r}.")
     check_mix_settings(values["layer_weights"], values["gamma"], values["pooling"])
     check_precision(values["precision"])
     Storage(values["store"], values["store_dtype"])
@@ -51,3 +57,8 @@ def checked_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     check_input_attr(values["input_attr"])
     values["weights"] = str(values["weights"]) if values["weights"] else None
     return values
+
+
+def megabytes(value: Optional[float]) -> Optional[int]:
+    """A setting in MB (2**20 bytes) as a count of bytes; None stays None."""
+    return None if value is None else int(value * 2**20)

@@ -1,0 +1,270 @@
+"""`serve` under load: clients that send one sentence each, at concurrency 1, 8 and 32, against the
+service with dynamic batching and with batching off (each request run alone, as a hand-written
+endpoint calling `nlp(text)` does), in the same run. Also the engine decision: the same pipeline
+and the same request/response code on Ray Serve (what `serve` runs) and on LitServe.
+
+    python bench/bench_serve.py                               # full-size weights (bench/out/peer-full-bilm)
+    python bench/bench_serve.py --engines ray --seconds 20
+
+Each cell is bounded: at most --requests requests or --seconds seconds, whichever comes first.
+Sentences: lines of shared/data/corpus/valid.txt (real text), each request one line. Writes
+bench/results/serve-cpu.json and .png and its section of BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from report import SHARED, write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+WEIGHTS = ROOT / "bench" / "out" / "peer-full-bilm"
+CONCURRENCY = [1, 8, 32]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sentences(count: int) -> list:
+    text = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8")
+    lines = [line.strip() for line in text.splitlines() if 5 <= len(line.split()) <= 40]
+    return lines[:count]
+
+
+async def load(url: str, texts: list, concurrency: int, max_requests: int, seconds: float) -> dict:
+    """``concurrency`` clients, each sending one text a request, in turn, until the bounds."""
+    import httpx
+
+    latencies, words, sent = [], 0, 0
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def client(client_id: int, http) -> None:
+        nonlocal words, sent
+        while sent < max_requests and time.perf_counter() < deadline:
+            text = texts[sent % len(texts)]
+            sent += 1
+            started = time.perf_counter()
+            response = await http.post(url, json={"texts": [text]})
+            response.raise_for_status()
+            latencies.append(time.perf_counter() - started)
+            words += len(response.json()["docs"][0]["words"])
+
+    started = time.perf_counter()
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        await asyncio.gather(*(client(i, http) for i in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    ms = np.array(latencies) * 1000
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(latencies) / elapsed, 2),
+        "words_per_s": round(words / elapsed, 1),
+        "p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "p99_ms": round(float(np.percentile(ms, 99)), 1),
+    }
+
+
+def wait_until_up(url: str, seconds: float = 300) -> None:
+    import httpx
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"{url} did not answer within {seconds:.0f} s")
+
+
+try:  # the alternative engine, for the decision; its workers unpickle this module's class
+    import litserve as ls
+except ImportError:  # pragma: no cover
+    ls = None
+
+if ls is not None:
+
+    class ElmoLitAPI(ls.LitAPI):
+        """LitServe with the same request and response code as `serve`."""
+
+        def __init__(self, weights: str, batching: bool, threads: int) -> None:
+            super().__init__(api_path="/embed", max_batch_size=64 if batching else 1, batch_timeout=0.01 * batching)
+            self.weights, self.batching, self.threads = weights, batching, threads
+
+        def setup(self, device):
+            import torch
+
+            from spacy_elmo.serving.service import ServeSettings, load_served_pipeline
+
+            torch.set_num_threads(self.threads)
+            self.nlp = load_served_pipeline(ServeSettings(source=self.weights, threads=self.threads))
+
+        def decode_request(self, request):
+            from fastapi import HTTPException
+
+            from spacy_elmo.serving.requests import BadRequest, ServeLimits, parse_request
+
+            try:
+                return parse_request(json.dumps(request).encode(), ServeLimits())
+            except BadRequest as bad:
+                raise HTTPException(bad.status, bad.message) from None
+
+        def batch(self, inputs):
+            return inputs
+
+        def predict(self, requests):
+            from spacy_elmo.serving.responses import embed_requests
+
+            answers = embed_requests(self.nlp, requests if self.batching else [requests])
+            return answers if self.batching else answers[0]
+
+        def unbatch(self, output):
+            return output
+
+        def encode_response(self, body):
+            from fastapi import Response
+
+            return Response(content=body, media_type="application/json")
+
+
+def run_litserve(weights: str, port: int, batching: bool, threads: int) -> None:
+    api = ElmoLitAPI(weights, batching, threads)
+    ls.LitServer(api, accelerator="cpu", workers_per_device=1).run(
+        host="127.0.0.1", port=port, generate_client_file=False
+    )
+
+
+def measure_engine(engine: str, weights: str, batching: bool, texts: list, args) -> list:
+    port = free_port()
+    started = time.perf_counter()
+    if engine == "ray":
+        from spacy_elmo.serving.service import ServeSettings, start, stop
+
+        settings = ServeSettings(source=weights, port=port, threads=args.threads, batching=batching)
+        start(settings)
+        server = None
+    else:
+        command = [sys.executable, __file__, "--litserve-server", weights, "--port", str(port)]
+        command += ["--threads", str(args.threads)] + ([] if batching else ["--no-batching"])
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/health")
+        warm = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, 2, 8, 60))  # loads and plans
+        up = time.perf_counter() - started
+        rows = []
+        for concurrency in CONCURRENCY:
+            row = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, concurrency, args.requests, args.seconds))
+            row.update(engine=engine, batching=batching, startup_s=round(up, 1))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        del warm
+        return rows
+    finally:
+        if server is None:
+            stop()
+        else:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for engine in sorted({r["engine"] for r in report["rows"]}):
+        for batching in (True, False):
+            rows = [r for r in report["rows"] if r["engine"] == engine and r["batching"] == batching]
+            if not rows:
+                continue
+            label = f"{engine}, {'batched' if batching else 'one request at a time'}"
+            style = "-" if batching else "--"
+            left.plot(
+                [r["concurrency"] for r in rows], [r["words_per_s"] for r in rows], style, marker="o", label=label
+            )
+            right.plot([r["concurrency"] for r in rows], [r["p99_ms"] for r in rows], style, marker="o", label=label)
+    left.set(xlabel="concurrent clients", ylabel="words/s", xscale="log", title="throughput")
+    right.set(xlabel="concurrent clients", ylabel="p99 latency (ms)", xscale="log", yscale="log", title="p99 latency")
+    left.legend(fontsize=7)
+    fig.suptitle(f"serve, full-size ELMo, {report['machine']}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def update_markdown(report: dict) -> None:
+    lines = [
+        f"### `serve` under load: dynamic batching against one request at a time ({report['date']})",
+        "",
+        f"Machine: {report['machine']}; {report['threads']} torch threads; full-size weights; each request one "
+        "sentence of shared/data/corpus/valid.txt; each cell at most "
+        f"{report['max_requests']} requests or {report['seconds']} s. Command: `python bench/bench_serve.py`.",
+        "",
+        "| engine | batching | clients | requests | words/s | p50 ms | p99 ms | start (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        lines.append(
+            f"| {r['engine']} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} | "
+            f"{r['words_per_s']:,.0f} | {r['p50_ms']:,.0f} | {r['p99_ms']:,.0f} | {r['startup_s']} |"
+        )
+    lines += ["", "![serve under load](bench/results/serve-cpu.png)", ""]
+    write_section("bench_serve:cpu", lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--weights", default=str(WEIGHTS))
+    parser.add_argument("--engines", nargs="+", default=["ray", "litserve"], choices=["ray", "litserve"])
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--litserve-server", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--no-batching", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.litserve_server:
+        run_litserve(args.litserve_server, args.port, not args.no_batching, args.threads)
+        return
+    texts = sentences(2000)
+    rows = []
+    for engine in args.engines:
+        for batching in (True, False):
+            rows += measure_engine(engine, args.weights, batching, texts, args)
+    from spacy_elmo.files import atomic_write_json
+    from spacy_elmo.kernels.machine import cpu_description
+
+    report = {
+        "machine": cpu_description(),
+        "date": time.strftime("%Y-%m-%d"),
+        "threads": args.threads,
+        "max_requests": args.requests,
+        "seconds": args.seconds,
+        "rows": rows,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(RESULTS / "serve-cpu.json", report)
+    plot(report, RESULTS / "serve-cpu.png")
+    update_markdown(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""``python -m spacy_elmo serve``: a pipeline, or biLM weights, behind HTTP (``serving.service``)."""
+
+from __future__ import annotations
+
+import typer
+from wasabi import msg
+
+from .app import app
+
+
+@app.command()
+def serve(
+    source: str = typer.Argument(
+        ...,
+        help="A spaCy pipeline with an elmo component (directory or package), or biLM weights: a directory, a "
+        "published model's name or a URL (read by blank(--lang) + sentencizer + elmo).",
+    ),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    lang: str = typer.Option(None, help="Language of the blank pipeline around weights (default: the model's)."),
+    replicas: int = typer.Option(1, help="Copies of the pipeline, each in its own process (Ray Serve replicas)."),
+    threads: int = typer.Option(0, help="Torch threads per replica (0: the machine's CPU count)."),
+    max_batch_tokens: int = typer.Option(4096, help="Concurrent requests are batched up to about this many tokens."),
+    max_wait_ms: float = typer.Option(10.0, help="How long a batch waits for more requests, in milliseconds."),
+    batching: bool = typer.Option(True, help="--no-batching runs each request alone."),
+    precision: str = typer.Option(None, help="fp32, bf16 or int8 (default: the pipeline's)."),
+    ray_address: str = typer.Option(None, help="A Ray cluster to join (default: start Ray on this machine)."),
+) -> None:
+    """Serve ELMo over HTTP with dynamic batching: POST /embed (JSON texts or words in; vectors out),
+    GET /metadata, /health, /ready. Each request gets exactly what the pipeline gives it alone.
+
+    curl -s localhost:8000/embed -d '{"texts": ["The cat sat."]}'"""
+    try:
+        import orjson  # noqa: F401  (the serve extra: checked before Ray starts)
+        import ray.serve  # noqa: F401
+
+        from ..kernels.precision import check_precision
+        from ..serving.service import ServeSettings, machine_threads, serve_forever
+
+        settings = ServeSettings(
+            source=source,
+            lang=lang,
+            host=host,
+            port=port,
+            replicas=replicas,
+            batching=batching,
+            max_batch_tokens=max_batch_tokens,
+            max_wait_ms=max_wait_ms,
+            precision=precision and check_precision(precision),
+            threads=threads or machine_threads(),
+        )
+    except ImportError as err:
+        msg.fail("serve needs Ray Serve and orjson", f'{err}; pip install "spacy-elmo[serve]"', exits=1)
+    except ValueError as err:
+        msg.fail("Bad setting", str(err), exits=1)
+    msg.info(f"Serving {source} on http://{host}:{port} (POST /embed; GET /metadata, /health, /ready); Ctrl-C stops")
+    serve_forever(settings, ray_address)

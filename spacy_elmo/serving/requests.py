@@ -1,0 +1,124 @@
+"""What a client may send to ``POST /embed``, read and checked before anything runs: a body that is
+not what this module describes is a ``BadRequest`` (status 4xx, and a message that says what was
+wrong and how to send it right), never an error of the service.
+
+    {"texts": ["The cat sat.", ...]}               texts, tokenized by the pipeline
+    {"words": [["The", "cat", "sat", "."], ...]}   or pre-tokenized docs
+    "tokens": "mix" (default) | "layers" | "none"  per token: the mixed vector, every layer, or nothing
+    "dtype": "float32" (default) | "float16"       the numbers' precision in the response
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, List, Optional, Tuple
+
+TOKEN_OUTPUTS = ("mix", "layers", "none")
+DTYPES = ("float32", "float16")
+
+
+class BadRequest(Exception):
+    """A request the service refuses: ``status`` (400, 413 or 422) and what to fix."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """The most one request may ask for; larger requests get a 413 that names the limit."""
+
+    max_body_bytes: int = 2**20
+    max_docs: int = 64
+    max_chars: int = 20000  # per text
+    max_words: int = 2000  # per doc, pre-tokenized
+
+
+@dataclass(frozen=True)
+class EmbedRequest:
+    """One request's docs, as texts or as words, and what it asks for each token."""
+
+    texts: Optional[Tuple[str, ...]] = None
+    words: Optional[Tuple[Tuple[str, ...], ...]] = None
+    tokens: str = "mix"
+    dtype: str = "float32"
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.texts if self.texts is not None else self.words or ())
+
+    @property
+    def size(self) -> int:
+        """Roughly how many tokens it carries (characters / 5 for texts): what batches are cut by."""
+        if self.texts is not None:
+            return sum(max(1, len(text) // 5) for text in self.texts)
+        return sum(len(words) for words in self.words or ())
+
+
+def parse_request(body: bytes, limits: ServeLimits) -> EmbedRequest:
+    """``body`` (the raw bytes of a POST) as an ``EmbedRequest``; ``BadRequest`` where it is not one."""
+    if not body:
+        raise BadRequest(400, 'empty body: send JSON such as {"texts": ["The cat sat."]}')
+    if len(body) > limits.max_body_bytes:
+        raise BadRequest(413, f"body of {len(body):,} bytes; the limit is {limits.max_body_bytes:,}: send fewer docs")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise BadRequest(400, f"the body is not UTF-8 (byte {err.start}): encode the JSON as UTF-8") from None
+    except json.JSONDecodeError as err:
+        raise BadRequest(400, f"the body is not JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    if not isinstance(data, dict):
+        raise BadRequest(422, f'expected a JSON object such as {{"texts": [...]}}, got {type(data).__name__}')
+    unknown = sorted(set(data) - {"texts", "words", "tokens", "dtype"})
+    if unknown:
+        raise BadRequest(422, f"unknown fields {unknown}; the fields are texts or words, tokens, dtype")
+    tokens = _choice(data, "tokens", TOKEN_OUTPUTS)
+    dtype = _choice(data, "dtype", DTYPES)
+    if ("texts" in data) == ("words" in data):
+        raise BadRequest(422, 'send either "texts" (a list of strings) or "words" (a list of lists of strings)')
+    if "texts" in data:
+        return EmbedRequest(texts=_texts(data["texts"], limits), tokens=tokens, dtype=dtype)
+    return EmbedRequest(words=_words(data["words"], limits), tokens=tokens, dtype=dtype)
+
+
+def _choice(data: dict, field: str, allowed: Tuple[str, ...]) -> str:
+    value = data.get(field, allowed[0])
+    if value not in allowed:
+        raise BadRequest(422, f"{field} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _docs(value: Any, field: str, limits: ServeLimits) -> List[Any]:
+    if not isinstance(value, list) or not value:
+        raise BadRequest(422, f"{field} must be a non-empty list, got {_shown(value)}")
+    if len(value) > limits.max_docs:
+        raise BadRequest(413, f"{len(value)} docs in {field}; the limit is {limits.max_docs} a request")
+    return value
+
+
+def _texts(value: Any, limits: ServeLimits) -> Tuple[str, ...]:
+    texts = _docs(value, "texts", limits)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequest(422, f"texts[{i}] must be a string, got {_shown(text)}")
+        if len(text) > limits.max_chars:
+            raise BadRequest(413, f"texts[{i}] has {len(text):,} characters; the limit is {limits.max_chars:,}")
+    return tuple(texts)
+
+
+def _words(value: Any, limits: ServeLimits) -> Tuple[Tuple[str, ...], ...]:
+    docs = _docs(value, "words", limits)
+    for i, words in enumerate(docs):
+        if not isinstance(words, list) or not all(isinstance(word, str) and word for word in words):
+            raise BadRequest(422, f"words[{i}] must be a list of non-empty strings, got {_shown(words)}")
+        if len(words) > limits.max_words:
+            raise BadRequest(413, f"words[{i}] has {len(words):,} words; the limit is {limits.max_words:,}")
+    return tuple(tuple(words) for words in docs)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."

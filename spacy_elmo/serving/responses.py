@@ -1,0 +1,63 @@
+"""What ``POST /embed`` answers: the docs of several requests run through the pipeline together
+(``nlp.pipe``), then split back, one payload per request. A doc's vectors do not depend on its
+batch, so each request gets bitwise what ``nlp(text)`` alone gives it.
+
+Each doc of a payload: ``words``; ``vector`` (2P,), its ``sentences`` (``start``, ``end`` in tokens
+and ``vector``); per token, as the request asks, ``vectors`` (n, 2P) mixed or ``layers``
+(n, L+1, 2P). Numbers are JSON floats in the shortest form that reads back as the same float32
+(or float16, with ``"dtype": "float16"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Union
+
+import numpy as np
+import orjson
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from ..pipeline.storage import mixed, stored_layers
+from .requests import EmbedRequest
+
+
+def embed_requests(nlp: Language, requests: Sequence[EmbedRequest]) -> List[bytes]:
+    """The JSON body of the answer to each of ``requests``, all their docs run in one ``nlp.pipe``."""
+    inputs: List[Union[str, Doc]] = []
+    for request in requests:
+        if request.texts is not None:
+            inputs.extend(request.texts)
+        else:
+            inputs.extend(Doc(nlp.vocab, words=list(words)) for words in request.words or ())
+    docs = iter(nlp.pipe(inputs))
+    return [answer([next(docs) for _ in range(request.n_docs)], request) for request in requests]
+
+
+def answer(docs: Sequence[Doc], request: EmbedRequest) -> bytes:
+    dtype = np.float16 if request.dtype == "float16" else np.float32
+    payload = {"docs": [doc_payload(doc, request.tokens, dtype) for doc in docs]}
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def doc_payload(doc: Doc, tokens: str, dtype: type) -> Dict[str, Any]:
+    """One doc's words and vectors; ``tokens``: "mix", "layers" or "none" (see the module docstring)."""
+    payload: Dict[str, Any] = {
+        "words": [token.text for token in doc],
+        "vector": _numbers(doc._.elmo, dtype),
+        "sentences": [
+            {"start": sent.start, "end": sent.end, "vector": _numbers(sent._.elmo, dtype)} for sent in _sentences(doc)
+        ],
+    }
+    if tokens == "mix":
+        payload["vectors"] = _numbers(mixed(doc, slice(0, len(doc))), dtype)
+    elif tokens == "layers":
+        payload["layers"] = _numbers(stored_layers(doc).transpose(1, 0, 2), dtype)
+    return payload
+
+
+def _sentences(doc: Doc) -> list:
+    return list(doc.sents) if doc.has_annotation("SENT_START") else [doc[:]]
+
+
+def _numbers(values: np.ndarray, dtype: type) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=dtype)

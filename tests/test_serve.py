@@ -1,0 +1,177 @@
+"""`python -m spacy_elmo serve`: started as a user starts it (on 127.0.0.1, a free port, stopped at the
+end), concurrent clients get bitwise what the pipeline gives each text alone, and bad input gets a 4xx
+with a message while the service keeps serving. The request checks also run without a server."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from conftest import with_this_checkout
+
+pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+httpx = pytest.importorskip("httpx")
+
+from spacy_elmo.serving.requests import BadRequest, ServeLimits, parse_request  # noqa: E402
+
+TEXTS = [
+    "The cat sat on the mat. It purred.",
+    "A dog ran far away",
+    "Colorless green ideas sleep furiously; they do.",
+    "Short.",
+    "The bank of the river was steep, and the bank in town was closed.",
+]
+LIMITS = ServeLimits()
+BAD_BODIES = [
+    (b"", 400, "empty body"),
+    (b'{"texts": ["a"', 400, "not JSON"),
+    (b'{"texts": ["\xff\xfe"]}', 400, "not UTF-8"),
+    (b"[1, 2]", 422, "expected a JSON object"),
+    (b'{"texts": "one text"}', 422, "texts must be a non-empty list"),
+    (b'{"texts": []}', 422, "texts must be a non-empty list"),
+    (b'{"texts": [3]}', 422, "texts[0] must be a string"),
+    (b'{"words": [["a", 3]]}', 422, "words[0] must be a list of non-empty strings"),
+    (b'{"texts": ["a"], "words": [["a"]]}', 422, "either"),
+    (b'{"texts": ["a"], "tokens": "all"}', 422, "tokens must be one of"),
+    (b'{"texts": ["a"], "dtype": "int8"}', 422, "dtype must be one of"),
+    (b'{"texts": ["a"], "colour": 1}', 422, "unknown fields"),
+    (json.dumps({"texts": ["a"] * (LIMITS.max_docs + 1)}).encode(), 413, "the limit is 64"),
+    (json.dumps({"texts": ["a" * (LIMITS.max_chars + 1)]}).encode(), 413, "characters; the limit is"),
+    (json.dumps({"words": [["a"] * (LIMITS.max_words + 1)]}).encode(), 413, "words; the limit is"),
+    (b" " * (LIMITS.max_body_bytes + 1), 413, "bytes; the limit is"),
+]
+
+
+@pytest.mark.parametrize("body, status, message", BAD_BODIES, ids=[m for _, _, m in BAD_BODIES])
+def test_each_bad_request_is_refused_with_its_status_and_what_to_fix(body, status, message):
+    with pytest.raises(BadRequest) as refused:
+        parse_request(body, LIMITS)
+    assert refused.value.status == status and message in refused.value.message
+
+
+def test_a_good_request_reads_back_as_sent():
+    parsed = parse_request(b'{"words": [["The", "cat"]], "tokens": "layers", "dtype": "float16"}', LIMITS)
+    assert parsed.words == (("The", "cat"),) and (parsed.tokens, parsed.dtype, parsed.n_docs) == (
+        "layers",
+        "float16",
+        1,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(tiny_weights):
+    """The CLI serving the tiny weights; stopped (Ctrl-C, as a user stops it) at the end."""
+    port = free_port()
+    command = [sys.executable, "-m", "spacy_elmo", "serve", str(tiny_weights), "--port", str(port), "--threads", "1"]
+    process = subprocess.Popen(
+        command, env=with_this_checkout(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and process.poll() is None:
+            try:
+                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(
+                f"serve did not come up: {process.stdout.read().decode()[-3000:] if process.poll() else 'timeout'}"
+            )
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def alone(tiny_weights):
+    """The same pipeline as the service's, in this process: what a text gets alone."""
+    from spacy_elmo.serving.service import ServeSettings, load_served_pipeline
+
+    return load_served_pipeline(ServeSettings(source=str(tiny_weights), threads=1))
+
+
+def post(url, payload, **kwargs):
+    response = httpx.post(f"{url}/embed", json=payload, timeout=120, **kwargs)
+    assert response.status_code == 200, response.text
+    return response.json()["docs"]
+
+
+def test_concurrent_clients_get_what_each_text_gets_alone(service, alone):
+    requests = [{"texts": [text]} for text in TEXTS * 4] + [{"texts": TEXTS[:2], "tokens": "layers"}]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda payload: post(service, payload), requests))
+    for payload, docs in zip(requests, answers):
+        for text, got in zip(payload["texts"], docs):
+            doc = alone(text)
+            assert got["words"] == [token.text for token in doc]
+            assert np.array_equal(np.array(got["vector"], dtype=np.float32), doc._.elmo)
+            assert [(s["start"], s["end"]) for s in got["sentences"]] == [(s.start, s.end) for s in doc.sents]
+            for sent, expected in zip(got["sentences"], doc.sents):
+                assert np.array_equal(np.array(sent["vector"], dtype=np.float32), expected._.elmo)
+            if payload.get("tokens") == "layers":
+                layers = np.array(got["layers"], dtype=np.float32)
+                assert np.array_equal(layers, doc._.elmo_data.transpose(1, 0, 2))
+            else:
+                assert np.array_equal(np.array(got["vectors"], dtype=np.float32), np.stack([t._.elmo for t in doc]))
+
+
+def test_words_and_float16_give_the_pipelines_numbers(service, alone):
+    from spacy.tokens import Doc
+
+    words = ["The", "cat", "sat", "."]
+    got = post(service, {"words": [words], "dtype": "float16"})[0]
+    doc = alone(Doc(alone.vocab, words=words))
+    assert got["words"] == words
+    expected = np.stack([t._.elmo for t in doc]).astype(np.float16)
+    assert np.array_equal(np.array(got["vectors"], dtype=np.float32).astype(np.float16), expected)
+
+
+def test_bad_input_gets_a_4xx_and_the_service_keeps_serving(service):
+    for body, status, message in BAD_BODIES:
+        response = httpx.post(f"{service}/embed", content=body, timeout=60)
+        assert response.status_code == status and message in response.json()["error"], (message, response.text)
+    assert httpx.get(f"{service}/embed", timeout=10).status_code == 405
+    assert httpx.get(f"{service}/nowhere", timeout=10).status_code == 404
+    assert post(service, {"texts": ["Still serving."]})[0]["words"] == ["Still", "serving", "."]
+
+
+def test_a_client_that_disconnects_costs_nothing_else(service, alone):
+    host, port = service.removeprefix("http://").split(":")
+    body = json.dumps({"texts": [" ".join(["word"] * 400)] * 8}).encode()
+    head = f"POST /embed HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    for _ in range(3):
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(head + body[: len(body) // 2])  # half a body, then gone
+        with socket.create_connection((host, int(port))) as raw:
+            raw.sendall(head + body)  # a whole request, gone before its answer
+    got = post(service, {"texts": [TEXTS[0]]})[0]
+    assert np.array_equal(np.array(got["vector"], dtype=np.float32), alone(TEXTS[0])._.elmo)
+
+
+def test_metadata_health_and_readiness(service, alone):
+    about = httpx.get(f"{service}/metadata", timeout=10).json()
+    bilm = alone.get_pipe("elmo").bilm
+    assert about["elmo"]["layers"] == bilm.config.n_output_layers and about["elmo"]["width"] == bilm.config.output_dim
+    assert about["elmo"]["precision"] == "fp32" and about["batching"]["on"] is True
+    assert about["components"] == ["sentencizer", "elmo"]
+    assert httpx.get(f"{service}/health", timeout=10).json() == {"status": "ok"}
+    assert httpx.get(f"{service}/ready", timeout=10).json() == {"ready": True}
