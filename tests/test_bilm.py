@@ -308,6 +308,9 @@ def test_loading_weights_does_not_import_sympy(tmp_path):
 
     from spacy_elmo.weights.native import save_bilm
 
+    meta_imports = "import sys, torch; torch.zeros(3, device='meta'); print('sympy' in sys.modules)"
+    if subprocess.run([sys.executable, "-c", meta_imports], capture_output=True, text=True).stdout.strip() == "True":
+        pytest.skip(f"torch {torch.__version__}'s meta tensors import sympy themselves (torch 2.5 does)")
     save_bilm(random_bilm(vocab_size=20), tmp_path / "bilm")
     script = (
         "import sys; from spacy_elmo.weights.native import load_bilm; "

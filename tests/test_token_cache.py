@@ -104,8 +104,9 @@ def test_a_bound_in_bytes_caps_the_rows_kept():
     cache.max_bytes = 2 * width * 4
     assert len(cache) == 0 and cache.nbytes == 0, "a lower bound empties it"
     cache.max_bytes = 5 * width * 4
+    encode = lambda strings: bilm.token_representations(*bilm.encode_tokens(strings))  # noqa: E731
     for i in range(40):  # many new tokens: the bound holds throughout
-        cache.lookup([f"w{i}", f"v{i}"], bilm.char_encoder, lambda s: bilm.token_representations(*bilm.encode_tokens(s)))
+        cache.lookup([f"w{i}", f"v{i}"], bilm.char_encoder, encode)
         assert len(cache) <= 5 and cache.nbytes <= cache.max_bytes
     with pytest.raises(ValueError, match="max_bytes must be an integer >= 0 or None, got -1"):
         cache.max_bytes = -1

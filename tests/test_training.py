@@ -104,7 +104,7 @@ def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
     )
     dev = [line for line in log_lines(tmp_path / "run") if "dev_ppl" in line][-1]
     assert dev["dev_ppl"] < 5, dev
-    assert state["best_dev"] == dev["dev_ppl"]
+    assert state.best_dev == dev["dev_ppl"]
     assert (tmp_path / "run" / "curve.png").stat().st_size > 1000
 
 
@@ -119,7 +119,7 @@ def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_pa
     subset = [line for line in lines if "dev_ppl" in line]
     assert subset and all(line["dev_text"] == "subset: the first 60 tokens of dev" for line in subset)
     final = lines[-1]
-    assert final["final_dev_text"] == "the whole dev split" and state["final_dev"] == final["final_dev_ppl"]
+    assert final["final_dev_text"] == "the whole dev split" and state.final_dev == final["final_dev_ppl"]
     assert final["final_dev_predictions_per_direction"] > subset[-1]["dev_predictions_per_direction"]
     scores = evaluate(run, read_sentences(corpus / "corpus" / "dev"), batch_tokens=120, device="cpu")
     assert scores["predictions_per_direction"] == final["final_dev_predictions_per_direction"]
@@ -141,7 +141,7 @@ def test_warmup_cosine_over_minutes_ends_at_the_final_rate_when_time_is_up(corpu
     settings = dict(optimizer="adam", lr=0.01, lr_schedule="warmup-cosine", warmup=0.3, final_lr=0.2)
     state = train(config(corpus, max_minutes=0.03, **settings), tmp_path / "run")
     rates = [line["lr"] for line in log_lines(tmp_path / "run") if "lr" in line]
-    assert state["elapsed"] >= 0.03 * 60 and len(rates) == state["step"] > 3
+    assert state.elapsed >= 0.03 * 60 and len(rates) == state.step > 3
     assert rates[0] < max(rates) and rates[-1] < max(rates)
     assert rates[-1] == pytest.approx(0.002)
 
@@ -149,14 +149,14 @@ def test_warmup_cosine_over_minutes_ends_at_the_final_rate_when_time_is_up(corpu
 def test_patience_stops_a_run_whose_dev_perplexity_no_longer_improves(corpus, tmp_path):
     """lr 0: the first evaluation is the best; after 2 more without a gain the next step stops."""
     state = train(config(corpus, max_steps=50, eval_every=1, eval_tokens=60, lr=0.0, patience=2), tmp_path / "run")
-    assert state["step"] == 4 and state["evaluations_since_best"] >= 2
+    assert state.step == 4 and state.evaluations_since_best >= 2
     stops = [line["stopped"] for line in log_lines(tmp_path / "run") if "stopped" in line]
     assert stops == ["no new best dev perplexity in 2 evaluations"]
     learning = train(
         config(corpus, max_steps=6, eval_every=1, eval_tokens=60, optimizer="adam", lr=0.01, patience=2),
         tmp_path / "on",
     )
-    assert learning["step"] == 6, "a run that keeps improving runs to its budget"
+    assert learning.step == 6, "a run that keeps improving runs to its budget"
 
 
 OVERSHOOTING = dict(max_steps=10, eval_every=1, eval_tokens=60, optimizer="adam", lr=0.1)
@@ -171,7 +171,7 @@ def test_a_run_past_its_best_ends_on_the_weights_of_its_best_dev_evaluation(corp
     lines = log_lines(run)
     dev = {line["step"]: line["dev_ppl"] for line in lines if "dev_ppl" in line}
     best_step = min(dev, key=dev.get)
-    assert best_step < state["step"] and dev[state["step"]] > dev[best_step] * 1.2, dev
+    assert best_step < state.step and dev[state.step] > dev[best_step] * 1.2, dev
     assert [line["final_weights_from_step"] for line in lines if "final_weights_from_step" in line] == [best_step]
     checkpoints = run / "checkpoints"
     best_weights = checkpoints / f"best-step-{best_step:08d}"
@@ -184,7 +184,7 @@ def test_a_run_past_its_best_ends_on_the_weights_of_its_best_dev_evaluation(corp
     assert not all(torch.equal(final[k], last[k]) for k in final), "the last step's weights differ"
     scores = evaluate(run, list(read_sentences(corpus / "corpus" / "dev")))
     assert scores["model"] == str(best_weights)
-    assert scores["perplexity"] == pytest.approx(state["final_dev"], rel=1e-5)
+    assert scores["perplexity"] == pytest.approx(state.final_dev, rel=1e-5)
 
 
 def test_a_resumed_run_continues_from_its_last_step_not_its_best(corpus, tmp_path):
@@ -192,7 +192,7 @@ def test_a_resumed_run_continues_from_its_last_step_not_its_best(corpus, tmp_pat
     train(config(corpus, **{**OVERSHOOTING, "max_steps": 6}), tmp_path / "stopped")
     resumed = train(config(corpus, **OVERSHOOTING), tmp_path / "stopped")
     assert losses(tmp_path / "straight") == losses(tmp_path / "stopped")
-    assert resumed["best_dev"] == straight["best_dev"] and resumed["final_dev"] == straight["final_dev"]
+    assert resumed.best_dev == straight.best_dev and resumed.final_dev == straight.final_dev
 
 
 @pytest.mark.parametrize("eval_minutes, evaluations", [(1e-6, 4), (10.0, 1)])
@@ -215,7 +215,7 @@ def test_resume_after_a_stop_continues_the_same_run(corpus, tmp_path):
     train(config(corpus, max_steps=5), tmp_path / "stopped")
     resumed = train(config(corpus, max_steps=8), tmp_path / "stopped")
     assert losses(tmp_path / "straight") == losses(tmp_path / "stopped")
-    assert resumed["step"] == straight["step"] == 8
+    assert resumed.step == straight.step == 8
     a, b = load_bilm(tmp_path / "straight" / "bilm"), load_bilm(tmp_path / "stopped" / "bilm")
     assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
 
@@ -431,7 +431,7 @@ def test_continue_training_from_converted_original_weights(corpus, tmp_path, fix
     state = train(config(corpus, init_from=str(tmp_path / "original"), max_steps=3, batch_tokens=60), tmp_path / "run")
     continued = load_bilm(tmp_path / "run" / "bilm")
     source = load_bilm(tmp_path / "original")
-    assert continued.config.cell_clip == 3.0 and state["step"] == 3
+    assert continued.config.cell_clip == 3.0 and state.step == 3
     assert not torch.equal(continued.forward_layers[1].weight_hh, source.forward_layers[1].weight_hh)
 
 
@@ -445,7 +445,7 @@ def test_continue_training_an_elmoformanylangs_model_through_its_own_vocabulary(
     save_bilm(import_efml(write_handmade_model(tmp_path / "efml", word_dim=5)), tmp_path / "source")
     state = train(config(corpus, init_from=str(tmp_path / "source"), max_steps=2, batch_tokens=60), tmp_path / "run")
     continued, source = load_bilm(tmp_path / "run" / "bilm"), load_bilm(tmp_path / "source")
-    assert state["step"] == 2 and continued.indexer.to_dict() == source.indexer.to_dict()
+    assert state.step == 2 and continued.indexer.to_dict() == source.indexer.to_dict()
     assert not torch.equal(continued.char_encoder.projection.weight, source.char_encoder.projection.weight)
     scores = evaluate(tmp_path / "run", [["The", "cat", "sat"]])
     assert math.isfinite(scores["perplexity"])
@@ -477,7 +477,7 @@ def test_full_disk_while_checkpointing_fails_loudly_and_keeps_the_previous_one(c
     assert (checkpoints / "latest").read_text().strip() == "step-00000002"
     assert not list(checkpoints.glob(".step-*")) and not (checkpoints / "step-00000004").exists()
     resumed = train(config(corpus, max_steps=6, checkpoint_every=2), tmp_path / "run")
-    assert resumed["step"] == 6
+    assert resumed.step == 6
 
 
 def test_non_finite_loss_names_the_step_and_batch(corpus, tmp_path, monkeypatch):
@@ -546,3 +546,15 @@ def test_fine_tuning_from_a_run_keeps_its_vocabulary_and_head(corpus, tmp_path):
     assert (tuned_checkpoint / "vocab.txt").read_text() == (corpus / "vocab.txt").read_text()
     with pytest.raises(ValueError, match="No vocabulary"):
         train(config(corpus, vocab="", max_steps=1), tmp_path / "none")
+
+
+def test_a_checkpoint_written_before_the_typed_state_resumes_with_its_figures():
+    from training.loop.run_state import RunState, state_from_checkpoint, state_to_checkpoint
+
+    before = {"step": 7, "tokens": 900, "elapsed": 12.5, "best_dev": 80.1, "streams": {"0": [1, 2]}, "world": 1}
+    state, data_streams = state_from_checkpoint(before)  # no data_streams, evaluations_since_best, final_dev
+    assert state == RunState(step=7, tokens=900, elapsed=12.5, best_dev=80.1, streams={"0": [1, 2]})
+    assert data_streams is None and state.evaluations_since_best == 0
+    assert state_from_checkpoint(state_to_checkpoint(state, world=2, data_streams=4)) == (state, 4)
+    with pytest.raises(ValueError, match=r"trainer.json lacks \['elapsed', 'step', 'tokens'\]"):
+        state_from_checkpoint({"best_dev": 3.0})

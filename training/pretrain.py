@@ -37,29 +37,29 @@ from .loop.curve import plot_learning_curve
 from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
 from .loop.run_log import JsonlLog, LossWindow, device_memory
+from .loop.run_state import RunState
 from .loop.session import Session, open_session
 from .loop.step import Clock, StepTotals, out_of_patience, take_step
 from .loop.train_config import TrainConfig
 
 
-def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
-    """Train until ``max_steps``, ``max_minutes`` or forever; the run's final state (step, tokens,
-    elapsed, best_dev)."""
+def train(cfg: TrainConfig, output: Path) -> RunState:
+    """Train until ``max_steps``, ``max_minutes`` or forever; the run's final state."""
     session = open_session(cfg, output)
     output, state, main = session.output, session.state, session.processes.main
-    log = JsonlLog(output / "log.jsonl", state["step"], main)
+    log = JsonlLog(output / "log.jsonl", state.step, main)
     if main:
         output.mkdir(parents=True, exist_ok=True)
         (output / "train-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
     progress = progress_bar(
-        total=cfg.max_steps or None, initial=state["step"], disable=not main, unit="step", dynamic_ncols=True
+        total=cfg.max_steps or None, initial=state.step, disable=not main, unit="step", dynamic_ncols=True
     )
-    clock, window = Clock(state["elapsed"], cfg), LossWindow()
+    clock, window = Clock(state.elapsed, cfg), LossWindow()
     while True:
         totals = take_step(session, clock)
         _count(state, window, totals, clock)
         progress.update(1)
-        step = state["step"]
+        step = state.step
         finished = totals.stop or (cfg.max_steps and step >= cfg.max_steps)
         if step % cfg.log_every == 0 or finished:
             record = {**window.record(state, full_softmax=cfg.softmax == "full"), "lr": totals.lr}
@@ -78,7 +78,7 @@ def train(cfg: TrainConfig, output: Path) -> Dict[str, Any]:
             break
     progress.close()
     if out_of_patience(session):
-        log.write(step=state["step"], stopped=f"no new best dev perplexity in {cfg.patience} evaluations")
+        log.write(step=state.step, stopped=f"no new best dev perplexity in {cfg.patience} evaluations")
     if main:
         _take_the_best_weights(session, log)
         _evaluate_on_full_dev(session, log)
@@ -91,18 +91,18 @@ def _evaluation_due(cfg: TrainConfig, step: int, totals: StepTotals) -> bool:
     return bool(cfg.eval_every and step % cfg.eval_every == 0) or totals.evaluate_now
 
 
-def _progress_figures(record: Dict[str, Any], state: Dict[str, Any]) -> Dict[str, str]:
+def _progress_figures(record: Dict[str, Any], state: RunState) -> Dict[str, str]:
     """What the bar shows: speed and loss, and the best dev perplexity once there is one."""
     figures = {"tok_s": f"{record['tokens_per_s']:,.0f}", "loss": f"{record['loss']:.3f}"}
-    if state["best_dev"] is not None:
-        figures["best_dev_ppl"] = f"{state['best_dev']:.1f}"
+    if state.best_dev is not None:
+        figures["best_dev_ppl"] = f"{state.best_dev:.1f}"
     return figures
 
 
-def _count(state: Dict[str, Any], window: LossWindow, totals: StepTotals, clock: Clock) -> None:
-    state["step"] += 1
-    state["tokens"] += int(totals.tokens)
-    state["elapsed"] = clock.elapsed()
+def _count(state: RunState, window: LossWindow, totals: StepTotals, clock: Clock) -> None:
+    state.step += 1
+    state.tokens += int(totals.tokens)
+    state.elapsed = clock.elapsed()
     window.add(totals.nll, totals.targets, totals.tokens)
 
 
@@ -111,15 +111,15 @@ def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
     time) into the log, the best so far into the state; the curve redrawn."""
     state, output = session.state, session.output
     scores = perplexity(session.loss_module, session.dev, session.processes.device)
-    improved = scores["average"] < (state["best_dev"] or math.inf)
-    state["evaluations_since_best"] = 0 if improved else state.get("evaluations_since_best", 0) + 1
+    improved = scores["average"] < (state.best_dev or math.inf)
+    state.evaluations_since_best = 0 if improved else state.evaluations_since_best + 1
     if improved:
-        state["best_dev"] = scores["average"]
+        state.best_dev = scores["average"]
     record = _dev_record(state, scores, f"subset: the first {session.cfg.eval_tokens:,} tokens of dev", "dev")
     log.write(**record)
     if improved:
         figures = {k: v for k, v in record.items() if k.startswith("dev_")}
-        save_best(session.checkpoints, state["step"], session.bilm, session.vocab, figures)
+        save_best(session.checkpoints, state.step, session.bilm, session.vocab, figures)
     plot_learning_curve(output / "log.jsonl", output / "curve.png")
 
 
@@ -127,10 +127,10 @@ def _take_the_best_weights(session: Session, log: JsonlLog) -> None:
     """End on the weights of the best dev evaluation (a run that went past its best, or stopped for
     patience, would otherwise end on worse ones); the log says which step's they are."""
     best = best_checkpoint(session.checkpoints)
-    best_step = json.loads((best / "best.json").read_text())["step"] if best else session.state["step"]
-    if best_step != session.state["step"]:
+    best_step = json.loads((best / "best.json").read_text())["step"] if best else session.state.step
+    if best_step != session.state.step:
         session.bilm.load_state_dict(load_bilm(best).state_dict())
-    log.write(step=session.state["step"], final_weights_from_step=best_step)
+    log.write(step=session.state.step, final_weights_from_step=best_step)
 
 
 def _evaluate_on_full_dev(session: Session, log: JsonlLog) -> None:
@@ -139,16 +139,16 @@ def _evaluate_on_full_dev(session: Session, log: JsonlLog) -> None:
     state, cfg = session.state, session.cfg
     batches = dev_batches(Path(cfg.corpus), session.table, sys.maxsize, cfg.batch_tokens)
     scores = perplexity(session.loss_module, batches, session.processes.device)
-    state["final_dev"] = scores["average"]
+    state.final_dev = scores["average"]
     log.write(**_dev_record(state, scores, "the whole dev split", "final_dev"))
 
 
-def _dev_record(state: Dict[str, Any], scores: Dict[str, float], text: str, prefix: str) -> Dict[str, Any]:
+def _dev_record(state: RunState, scores: Dict[str, float], text: str, prefix: str) -> Dict[str, Any]:
     """A log line: {prefix}_ppl (average, forward, backward), on which text, how many predictions."""
     return {
-        "step": state["step"],
-        "tokens": state["tokens"],
-        "elapsed": round(state["elapsed"], 2),
+        "step": state.step,
+        "tokens": state.tokens,
+        "elapsed": round(state.elapsed, 2),
         f"{prefix}_ppl": scores["average"],
         f"{prefix}_ppl_forward": scores["forward"],
         f"{prefix}_ppl_backward": scores["backward"],
@@ -170,8 +170,8 @@ def main(
     state = train(TrainConfig.load(config, set_), output)
     if int(os.environ.get("RANK", "0")) == 0:
         typer.echo(
-            f"Done: {state['step']} steps, {state['tokens']:,} tokens; dev perplexity {state['final_dev']:.2f} on the "
-            f"whole dev split (best on the evaluation subset {state['best_dev']:.2f}); "
+            f"Done: {state.step} steps, {state.tokens:,} tokens; dev perplexity {state.final_dev:.2f} on the "
+            f"whole dev split (best on the evaluation subset {state.best_dev:.2f}); "
             f"weights in {output / 'bilm'}"
         )
 

@@ -11,6 +11,8 @@ from typing import Any, Dict
 
 import torch
 
+from .run_state import RunState
+
 
 class JsonlLog:
     """Appends one JSON object per line (rank 0). On resume, lines after the resumed step (written by
@@ -39,15 +41,15 @@ class LossWindow:
     def add(self, nll: float, targets: float, tokens: float) -> None:
         self.nll, self.targets, self.tokens = self.nll + nll, self.targets + targets, self.tokens + tokens
 
-    def record(self, state: Dict[str, Any], full_softmax: bool) -> Dict[str, Any]:
+    def record(self, state: RunState, full_softmax: bool) -> Dict[str, Any]:
         """The log line: step, tokens, elapsed, loss (mean NLL), tokens_per_s, and train_ppl where
         the loss is a perplexity's (the full softmax; a sampled-softmax loss is none)."""
         mean_nll = self.nll / self.targets
         rate = self.tokens / max(1e-9, time.time() - self.opened)
         record = {
-            "step": state["step"],
-            "tokens": state["tokens"],
-            "elapsed": round(state["elapsed"], 2),
+            "step": state.step,
+            "tokens": state.tokens,
+            "elapsed": round(state.elapsed, 2),
             "loss": mean_nll,
             "tokens_per_s": rate,
         }

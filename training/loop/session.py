@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager, Dict, List
+from typing import ContextManager, List
 
 import torch
 from torch import nn
@@ -23,15 +23,15 @@ from .objective import LanguageModelLoss
 from .optimizers import make_optimizer
 from .processes import Processes
 from .random_state import gathered_rng_states, restore_rng_states
+from .run_state import RunState, state_from_checkpoint, state_to_checkpoint
 from .train_config import TrainConfig
 
 
 @dataclass
 class Session:
-    """``state``: step, tokens, elapsed (seconds), best_dev (perplexity) and, once checkpointed,
-    each stream's position; saved in every checkpoint. ``model``: the loss module as trained
-    (wrapped in DDP for several processes, compiled with ``compile``); ``dev``: rank 0's dev
-    batches (empty elsewhere)."""
+    """``state``: what the run carries between steps and into every checkpoint (``RunState``).
+    ``model``: the loss module as trained (wrapped in DDP for several processes, compiled with
+    ``compile``); ``dev``: rank 0's dev batches (empty elsewhere)."""
 
     cfg: TrainConfig
     output: Path
@@ -42,7 +42,7 @@ class Session:
     streams: List[Stream]
     dev: List[TrainingBatch]
     optimizer: torch.optim.Optimizer
-    state: Dict[str, Any]
+    state: RunState
     loss_module: LanguageModelLoss
     model: nn.Module
     autocast: ContextManager
@@ -53,14 +53,14 @@ class Session:
 
     def save_checkpoint(self) -> None:
         """Every process's stream positions and RNG states, written by rank 0 with the model and
-        the optimizer as checkpoint ``state["step"]``."""
+        the optimizer as checkpoint ``state.step``."""
         positions = self.processes.gather({str(s.number): list(s.state()) for s in self.streams})
-        self.state["streams"] = {k: v for part in positions for k, v in part.items()}
+        self.state.streams = {k: v for part in positions for k, v in part.items()}
         rng = gathered_rng_states(self.processes)
         if not self.processes.main:
             return
-        step = self.state["step"]
-        trainer = {**self.state, "world": self.processes.world, "data_streams": self.processes.n_streams}
+        step = self.state.step
+        trainer = state_to_checkpoint(self.state, self.processes.world, self.processes.n_streams)
         try:
             save_checkpoint(
                 self.checkpoints,
@@ -96,7 +96,7 @@ def open_session(cfg: TrainConfig, output: Path) -> Session:
     dev = dev_batches(Path(cfg.corpus), table, cfg.eval_tokens, cfg.batch_tokens) if processes.main else []
     bilm = bilm.to(processes.device).train()
     optimizer = make_optimizer(cfg.optimizer, bilm.parameters(), cfg.lr)
-    state = {"step": 0, "tokens": 0, "elapsed": 0.0, "best_dev": None}
+    state = RunState()
     torch.manual_seed(cfg.seed + 1 + processes.rank)  # dropout and sampling differ between ranks
     if resume_from:
         state = _resume(resume_from, processes, optimizer, streams)
@@ -112,16 +112,17 @@ def open_session(cfg: TrainConfig, output: Path) -> Session:
 
 def _resume(
     checkpoint: Path, processes: Processes, optimizer: torch.optim.Optimizer, streams: List[Stream]
-) -> Dict[str, Any]:
+) -> RunState:
     """Restore the optimizer, the streams' positions and this rank's RNG states; the run's state."""
-    optimizer_state, state, rng = load_checkpoint(checkpoint)
-    if state.get("data_streams", processes.n_streams) != processes.n_streams:
+    optimizer_state, trainer, rng = load_checkpoint(checkpoint)
+    state, data_streams = state_from_checkpoint(trainer)
+    if data_streams not in (None, processes.n_streams):
         raise ValueError(
-            f"{checkpoint} was written by a run with {state['data_streams']} data streams; resume it with "
-            f"--set data_streams={state['data_streams']} (any number of processes that divides it)."
+            f"{checkpoint} was written by a run with {data_streams} data streams; resume it with "
+            f"--set data_streams={data_streams} (any number of processes that divides it)."
         )
     optimizer.load_state_dict(optimizer_state)
     for stream in streams:
-        stream.restore(*state["streams"][str(stream.number)])
+        stream.restore(*state.streams[str(stream.number)])
     restore_rng_states(processes, rng)
     return state

@@ -86,7 +86,7 @@ def take_step(session: Session, clock: Clock) -> StepTotals:
     loss.backward()
     if cfg.clip_norm:
         torch.nn.utils.clip_grad_norm_(session.bilm.parameters(), cfg.clip_norm)
-    lr = _learning_rate(cfg, elapsed / processes.world, session.state["step"] + 1)
+    lr = _learning_rate(cfg, elapsed / processes.world, session.state.step + 1)
     set_lr(session.optimizer, lr)
     session.optimizer.step()
     return StepTotals(targets, nll_sum, tokens, bool(stop), bool(save_now), bool(evaluate_now), lr)
@@ -95,7 +95,7 @@ def take_step(session: Session, clock: Clock) -> StepTotals:
 def out_of_patience(session: Session) -> bool:
     """Whether the last ``patience`` dev evaluations (rank 0's) brought no new best."""
     patience = session.cfg.patience
-    return bool(patience) and session.state.get("evaluations_since_best", 0) >= patience
+    return bool(patience) and session.state.evaluations_since_best >= patience
 
 
 def _learning_rate(cfg: TrainConfig, elapsed: float, step: int) -> float:
@@ -108,7 +108,7 @@ def _non_finite_loss(session: Session, batch: TrainingBatch, tokens: float) -> F
     """The error that names the step, this rank's batch and the checkpoint to go back to."""
     first = " ".join(session.table.strings[i] for i in batch.type_ids[1 : batch.lengths[0] - 1].tolist())[:80]
     return FloatingPointError(
-        f"Non-finite loss at step {session.state['step'] + 1}: batch of {len(batch.lengths)} sentences, {int(tokens)} "
+        f"Non-finite loss at step {session.state.step + 1}: batch of {len(batch.lengths)} sentences, {int(tokens)} "
         "tokens "
         f"on this rank (first: {first!r}). The last checkpoint is {latest_checkpoint(session.checkpoints)}; lower lr "
         "or check the data."
