@@ -82,7 +82,12 @@ def compat(session: nox.Session, torch: str, spacy: Optional[str], numpy: Option
     """A user's install: torch first, then spacy-elmo (`pip install ".[h5]"`), then the tests that
     exercise everything torch-dependent; the row goes to bench/results/compat/ and docs/compatibility.md.
     The venv (several GB with a CUDA build of torch) is removed afterwards."""
-    row = next(r for r in COMPAT if r["torch"] == torch and r.get("spacy") == spacy and r.get("numpy") == numpy)
+    row = next(
+        r
+        for r in COMPAT
+        if (interpreter(r["python"]), r["torch"], r.get("spacy"), r.get("numpy"))
+        == (session.python, torch, spacy, numpy)
+    )
     env = {"PIP_NO_CACHE_DIR": "1"}  # wheels of GBs: not kept twice
     if release(torch) > release(PIP_CAP):  # a site-wide pip constraint here caps torch: lifted for this row
         env["PIP_CONFIG_FILE"] = os.devnull

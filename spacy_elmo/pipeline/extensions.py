@@ -29,7 +29,7 @@ import numpy as np
 from spacy.tokens import Doc, Span, Token
 
 from .centering import Centering
-from .storage import kept, mix_of, mixed, stored_layers, width
+from .storage import mix_of, mixed_vectors, store_of, stored_layers, vector_width
 
 
 def register_extensions() -> None:
@@ -54,7 +54,7 @@ def token_elmo_layers(token: Token) -> np.ndarray:
 
 
 def token_elmo(token: Token) -> np.ndarray:
-    return mixed(token.doc, slice(token.i, token.i + 1))[0]
+    return mixed_vectors(token.doc, slice(token.i, token.i + 1))[0]
 
 
 def span_elmo(span: Span) -> np.ndarray:
@@ -68,8 +68,8 @@ def doc_elmo(doc: Doc) -> np.ndarray:
 def _pooled(doc: Doc, start: int, end: int, centred: bool = False) -> np.ndarray:
     keep = [i for i in range(start, end) if not doc[i].is_space]
     if not keep:
-        return np.zeros(width(doc), dtype=np.float32)
-    vectors = mixed(doc, keep)
+        return np.zeros(vector_width(doc), dtype=np.float32)
+    vectors = mixed_vectors(doc, keep)
     return mix_of(doc).pool(_centred(doc, vectors) if centred else vectors)
 
 
@@ -81,8 +81,8 @@ def _centred(doc: Doc, vectors: np.ndarray) -> np.ndarray:
 def token_vector(token: Token) -> np.ndarray:
     """token.vector: the mixed vector, centred as the doc's centering says (if it has one)."""
     if token.is_space:
-        return np.zeros(width(token.doc), dtype=np.float32)
-    return _centred(token.doc, mixed(token.doc, slice(token.i, token.i + 1)))[0]
+        return np.zeros(vector_width(token.doc), dtype=np.float32)
+    return _centred(token.doc, mixed_vectors(token.doc, slice(token.i, token.i + 1)))[0]
 
 
 def span_vector(span: Span) -> np.ndarray:
@@ -127,15 +127,15 @@ def _quiet_unsaved_hooks_warning() -> None:
 
 
 def _token_has_vector(token: Token) -> bool:
-    return kept(token.doc) is not None and not token.is_space
+    return store_of(token.doc) is not None and not token.is_space
 
 
 def _span_has_vector(span: Span) -> bool:
-    return kept(span.doc) is not None and any(not token.is_space for token in span)
+    return store_of(span.doc) is not None and any(not token.is_space for token in span)
 
 
 def _doc_has_vector(doc: Doc) -> bool:
-    return kept(doc) is not None and any(not token.is_space for token in doc)
+    return store_of(doc) is not None and any(not token.is_space for token in doc)
 
 
 def _norm(obj: Any) -> float:

@@ -90,7 +90,7 @@ def bytes_per_token(store: str, dtype: str, n_layers: int, width: int, with_tens
     return choose(rows, "store", store) * width * np.dtype(choose(DTYPES, "store_dtype", dtype)).itemsize
 
 
-def kept(doc: Doc) -> Optional[str]:
+def store_of(doc: Doc) -> Optional[str]:
     """The store the doc's ELMo output is in ("layers", "mix" or "tensor"), None without any."""
     if doc._.elmo_data is not None:
         return "layers"
@@ -106,10 +106,10 @@ def mix_of(doc: Doc) -> MixSettings:
     stored = doc._.elmo_mix
     if stored:
         return MixSettings.from_dict(stored)
-    return MixSettings.average(doc._.elmo_data.shape[0] if kept(doc) == "layers" else 1)
+    return MixSettings.average(doc._.elmo_data.shape[0] if store_of(doc) == "layers" else 1)
 
 
-def mixed(doc: Doc, indices: Indices) -> np.ndarray:
+def mixed_vectors(doc: Doc, indices: Indices) -> np.ndarray:
     """(k, 2P) float32: the mixed vectors of the doc's tokens at ``indices``."""
     store = _require(doc)
     if store == "layers":
@@ -130,7 +130,7 @@ def stored_layers(doc: Doc) -> np.ndarray:
     return doc._.elmo_data
 
 
-def width(doc: Doc) -> int:
+def vector_width(doc: Doc) -> int:
     """2P, the size of the doc's ELMo vectors."""
     store = _require(doc)
     source = {"layers": doc._.elmo_data, "mix": doc._.elmo_vectors, "tensor": doc.tensor}[store]
@@ -138,7 +138,7 @@ def width(doc: Doc) -> int:
 
 
 def _require(doc: Doc) -> str:
-    store = kept(doc)
+    store = store_of(doc)
     if store is None:
         raise ValueError(
             "This Doc has no ELMo vectors: run it through a pipeline with the 'elmo' component "

@@ -41,7 +41,7 @@ from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from .storage import kept, stored_layers
+from .storage import store_of, stored_layers
 
 
 @registry.architectures("spacy-elmo.TaskMix.v1")
@@ -176,7 +176,7 @@ def _layers(model: Model, doc: Doc) -> Floats3d:
 def _missing_layers(model: Model, doc: Doc) -> Floats3d:
     """Zeros for a doc of spaCy's initialization sample; any other doc without layers is an error."""
     if id(doc) not in model.attrs["sample_ids"]:
-        if kept(doc) is not None:
+        if store_of(doc) is not None:
             stored_layers(doc)  # raises: the elmo component keeps only mixed vectors; says which setting to change
         raise ValueError(
             "A doc reached the task's ELMo mix without ELMo layers: the 'elmo' component must run before "

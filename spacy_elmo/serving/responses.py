@@ -17,7 +17,7 @@ import orjson
 from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..pipeline.storage import mixed, stored_layers
+from ..pipeline.storage import mixed_vectors, stored_layers
 from .requests import EmbedRequest
 
 
@@ -49,7 +49,7 @@ def doc_payload(doc: Doc, tokens: str, dtype: type) -> Dict[str, Any]:
         ],
     }
     if tokens == "mix":
-        payload["vectors"] = _numbers(mixed(doc, slice(0, len(doc))), dtype)
+        payload["vectors"] = _numbers(mixed_vectors(doc, slice(0, len(doc))), dtype)
     elif tokens == "layers":
         payload["layers"] = _numbers(stored_layers(doc).transpose(1, 0, 2), dtype)
     return payload
