@@ -92,7 +92,8 @@ def compat(session: nox.Session, torch: str, spacy: Optional[str], numpy: Option
     if release(torch) > release(PIP_CAP):  # a site-wide pip constraint here caps torch: lifted for this row
         env["PIP_CONFIG_FILE"] = os.devnull
     session.install(f"torch=={torch}", env=env)
-    pins = [f"spacy=={spacy}"] if spacy else []
+    # spaCy 3.7's CLI imports click, which today's typer no longer brings: a spaCy 3.7 environment has it
+    pins = [f"spacy=={spacy}", "click"] if spacy else []
     pins += [f"numpy=={numpy}"] if numpy else []
     session.install(".[h5]", *pins, "pytest>=7", "matplotlib>=3.5", env=env)
     ids = ",".join(file_id(r) for r in COMPAT)

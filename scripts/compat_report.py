@@ -79,6 +79,7 @@ def run_tests(arguments: List[str]) -> Dict[str, object]:
         "skipped": counts.get("skipped", 0),
         "seconds": round(time.time() - started),
         "failures": failures,
+        "failure_output": done.stdout[-4000:] if failures else "",  # what a failure said, to fix it from the record
         "summary": tail,
         "returncode": done.returncode,
     }

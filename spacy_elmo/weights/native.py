@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from ..files import atomic_write, atomic_write_text
 from ..network.bilm import BiLM, checked_indexer
@@ -62,12 +63,30 @@ def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> 
     config = read_config(directory / CONFIG_FILE)
     indexer = read_vocabulary(directory / VOCABULARY_FILE, config) if config.needs_vocabulary else None
     tensors = _read_safetensors(directory / WEIGHTS_FILE, config)
-    with torch.device("meta"):  # no memory for weights that the file's replace at once
+    with torch.device("meta"), InitSkippedOnMeta():  # no memory, no values: the file's replace them at once
         bilm = BiLM(config, indexer)
     load_state(bilm, tensors, directory / WEIGHTS_FILE, assign=True)
     bilm = bilm.to(device or "cpu").eval()
     bilm.precision = "fp32"  # decided at load: the kernels' probes and weight copies, not in the first call
     return bilm
+
+
+class InitSkippedOnMeta(TorchFunctionMode):
+    """Random initialisation of meta tensors skipped (they hold no values): torch's meta ``uniform_``
+    imports sympy, about 70 MB resident, for nothing (torch 2.9 does; 2.13 does not). A torch
+    function mode is the calling thread's alone, so other threads' modules initialise as ever."""
+
+    INITS = frozenset(
+        ("uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_", "xavier_normal_")
+        + ("trunc_normal_", "orthogonal_")
+    )
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        first = args[0] if args else kwargs.get("tensor", kwargs.get("self"))  # nn.init passes ``tensor=``
+        if getattr(func, "__name__", "") in self.INITS and isinstance(first, Tensor) and first.is_meta:
+            return first
+        return func(*args, **kwargs)
 
 
 def read_vocabulary(path: Path, config: BiLMConfig) -> TokenIndexer:
