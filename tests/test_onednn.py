@@ -185,3 +185,27 @@ def test_linear_rows_writes_into_the_buffer_it_is_given_with_the_bias():
     written = linear_rows(x, weight, bias, rows=4, out=buffer)
     assert written.data_ptr() == buffer.data_ptr() and torch.equal(written, fresh)
     assert torch.allclose(fresh, x @ weight.t() + bias, atol=1e-5)
+
+
+@pytest.mark.parametrize("error", [AttributeError, TypeError, NotImplementedError, RuntimeError])
+def test_a_torch_whose_private_ops_fail_takes_the_public_path(monkeypatch, error):
+    """A future torch that lacks oneDNN's private ops (AttributeError), or changed their signature
+    (TypeError), makes the probes say no and fp32 run MKL on fixed shapes: slower, never an error."""
+    from spacy_elmo.kernels import kernel_choice, onednn
+
+    def gone(*args, **kwargs):
+        raise error("torch.ops.mkldnn._reorder_linear_weight: not in this torch")
+
+    caches = (onednn._probe_passes, onednn.bf16_runs, kernel_choice._choose)
+    monkeypatch.setattr(onednn, "_reorder", gone)
+    monkeypatch.setattr(onednn, "_linear_blocks", gone)
+    for cache in caches:
+        cache.cache_clear()
+    try:
+        assert not onednn.available(torch.device("cpu")) and not onednn.bf16_runs()
+        choice = kernel_choice.choose("fp32", torch.device("cpu"))
+        assert (choice.runs, choice.kernel) == ("fp32", "MKL fp32 on fixed shapes")
+    finally:
+        monkeypatch.undo()
+        for cache in caches:
+            cache.cache_clear()

@@ -47,6 +47,11 @@ K_BLOCK = 512
 # Row counts the whole-sum probe compares (a single row is padded to two).
 _PROBED_ROWS = (2, 3, 7, 16, 17, 33, 64, 129, 256)  # up to the char encoder's blocks
 
+# What a private op of another torch may raise where a probe calls it: missing (AttributeError),
+# another signature (TypeError), refused on this CPU or build (RuntimeError, NotImplementedError). A
+# probe that meets one says no, and the public path runs: slower, never an error.
+PROBE_ERRORS = (RuntimeError, AttributeError, TypeError, NotImplementedError)
+
 
 def available(device: torch.device, precision: str = "fp32") -> bool:
     """True when ``precision`` ("fp32" or "bf16") matmuls on ``device`` can run through oneDNN with
@@ -69,7 +74,7 @@ def _probe_passes(precision: str) -> bool:
     weight = weight.to(torch.bfloat16) if precision == "bf16" else weight
     try:
         reordered = functools.partial(_linear_blocks, blocks=[_reorder(weight)])
-    except RuntimeError:  # an op this torch lacks, or bf16 on a CPU torch refuses it for
+    except PROBE_ERRORS:  # an op this torch lacks, or bf16 on a CPU torch refuses it for
         return False
     plain = functools.partial(_linear_blocks, blocks=[weight])
     rows, threads = (1, 2, 3, 7, 16, 17, 33, 64, 129), probed_thread_counts()
@@ -86,7 +91,7 @@ def bf16_runs() -> bool:
     weight, x = torch.randn(32, K_BLOCK, generator=generator), torch.randn(4, K_BLOCK, generator=generator)
     try:
         result = _linear_blocks(x.to(torch.bfloat16), [_reorder(weight.to(torch.bfloat16))])
-    except RuntimeError:
+    except PROBE_ERRORS:
         return False
     return bool(torch.allclose(result.float(), x @ weight.t(), rtol=0.05, atol=0.5))
 
@@ -209,7 +214,7 @@ def _rows_agree(
             lambda: all(torch.equal(linear(x[:n]), every_row[:n]) for n in rows),
             thread_counts or (torch.get_num_threads(),),
         )
-    except RuntimeError:  # an op this build of torch lacks
+    except PROBE_ERRORS:  # an op this build of torch lacks
         return False
 
 
