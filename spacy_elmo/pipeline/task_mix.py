@@ -31,8 +31,8 @@ spaCy passes its initialization sample before the elmo component has run on it; 
 those docs zeros of the right shape, and raises for any other doc without layers.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: thinc 8.2 (spaCy 3.7) validates the registered
+# functions' arguments by their annotations, and cannot resolve them as strings.
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
