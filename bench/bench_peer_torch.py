@@ -57,7 +57,8 @@ def update_markdown(report: dict) -> None:
     lines = [
         f"### Against the peer on the lowest and the newest torch (fp32, uncapped, {report['date']})",
         "",
-        f"Machine: {report['machine']}. Full-size weights, exact fp32, the char-CNN cache off; AllenNLP `Elmo` "
+        f"Machine: {report['machine'].split(', torch')[0]}; ours under each row's torch. Full-size weights, "
+        "exact fp32, the char-CNN cache off; AllenNLP `Elmo` "
         "in its own venv, measured once per workload in the same run. Command: "
         "`python bench/bench_peer_torch.py PEER_DIR PYTHON_WITH_TORCH_A PYTHON_WITH_TORCH_B`.",
         "",

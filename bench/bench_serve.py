@@ -3,7 +3,8 @@ service with dynamic batching and with batching off (each request run alone, as 
 endpoint calling `nlp(text)` does), in the same run. Also the engine decision: the same pipeline
 and the same request/response code on Ray Serve (what `serve` runs) and on LitServe.
 
-    python bench/bench_serve.py                               # full-size weights (bench/out/peer-full-bilm)
+    python bench/bench_serve.py          # full-size weights: bench/out/peer-full-bilm (bench_peer.py converts them)
+    pip install litserve                                      # for the LitServe rows (not a dependency)
     python bench/bench_serve.py --engines ray --seconds 20
 
 Each cell is bounded: at most --requests requests or --seconds seconds, whichever comes first.

@@ -41,6 +41,21 @@ TESTS = [
     "tests/test_training.py::test_tiny_model_overfits_tiny_corpus",
     "tests/test_embed_cli.py",
 ]
+# What the rows alone do not say; kept here so that the page is rewritten whole from the rows.
+NOTES = [
+    "- **Python 3.9** is not supported: past its end of life, it cannot install spaCy 3.8's current release (spaCy "
+    "since 3.8.8, thinc since 8.3.7 and blis 1.3 ship no wheels for it, and their source builds need Python 3.10).",
+    "- **torch 2.5 to 2.9** pass, but oneDNN's fp32 probe fails there, so exact "
+    "fp32 runs MKL on fixed shapes: more skipped tests (those of oneDNN's path), and slower one sentence at a time. "
+    "Measured in one run on an AMD EPYC Zen 5, 2 threads (`bench/bench_peer_torch.py`, BENCHMARKS.md): one sentence "
+    "at 0.55x AllenNLP's speed on torch 2.5.1 against 5.03x on torch 2.15.0; 64 sentences at 1.67x against 5.06x. "
+    "bf16 and int8 keep their kernels. Prefer torch 2.13 or later.",
+    "- **spaCy 3.7** rows install `click` beside it: spaCy 3.7's command line imports it, and today's typer no longer "
+    "brings it (an environment that has spaCy 3.7 has it).",
+    "- The kernels column is what the plan chose at the end of each row, timed there; rows timed while the machine "
+    "was busy (its load above its cores: other work, or the row's own tests just before) are marked, and say "
+    "nothing of the kernels.",
+]
 PLAN_CODE = """
 import json, warnings, torch
 from spacy_elmo.kernels import plan
@@ -123,6 +138,7 @@ def render(order: List[str]) -> str:
             f"| {v['python']} | {v['torch']} | {v['spacy']} | {v['thinc']} | {v['numpy']} | {t['passed']} | "
             f"{t['failed']} | {t['skipped']} | {t['seconds'] / 60:.1f} | {chosen} | {row['machine']}, {row['date']} |"
         )
+    lines += ["", *NOTES]
     failing = [(name, rows[name]["tests"]["failures"]) for name in names if rows[name]["tests"]["failures"]]
     if failing:
         lines += ["", "Failures:", ""]

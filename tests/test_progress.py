@@ -5,6 +5,7 @@ import io
 from tqdm import tqdm
 
 import spacy_elmo.progress as progress
+from training.loop.run_state import RunState
 from training.pretrain import _progress_figures
 
 
@@ -45,5 +46,5 @@ def test_a_terminal_gets_tqdms_own_bar():
 
 def test_the_bar_shows_no_dev_perplexity_before_the_first_evaluation():
     record = {"tokens_per_s": 1234.0, "loss": 5.4321}
-    assert _progress_figures(record, {"best_dev": None}) == {"tok_s": "1,234", "loss": "5.432"}
-    assert _progress_figures(record, {"best_dev": 321.04})["best_dev_ppl"] == "321.0"
+    assert _progress_figures(record, RunState()) == {"tok_s": "1,234", "loss": "5.432"}
+    assert _progress_figures(record, RunState(best_dev=321.04))["best_dev_ppl"] == "321.0"
