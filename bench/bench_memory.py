@@ -5,6 +5,7 @@ each in its own process.
 
     python bench/bench_memory.py                  # fixture weights (../shared/fixtures), 20,000 docs each way
     python bench/bench_memory.py --docs 60000
+    python bench/bench_memory.py --onednn-cache 64    # a third run: oneDNN's primitive cache capped at 64
 
 Lines are those of shared/data/corpus/train.txt, in order (new words keep arriving, as in service).
 Records RSS, the string store's size and the component's caches every 500 docs; writes
@@ -50,6 +51,13 @@ def pipeline(with_elmo: bool, weights: Path):
     return nlp
 
 
+def label(run_: dict) -> str:
+    if not run_["with_elmo"]:
+        return "spaCy alone (blank + sentencizer)"
+    cache = run_.get("onednn_cache")
+    return "spaCy + elmo" + (f", ONEDNN_PRIMITIVE_CACHE_CAPACITY={cache}" if cache is not None else "")
+
+
 def run(with_elmo: bool, weights: Path, count: int, threads: int) -> dict:
     """RSS and sizes every EVERY docs: first ``nlp(text)`` one at a time, then ``nlp.pipe``."""
     import torch
@@ -65,7 +73,8 @@ def run(with_elmo: bool, weights: Path, count: int, threads: int) -> dict:
     for i, _ in enumerate(nlp.pipe(texts, batch_size=64), 1):
         if i % EVERY == 0:
             curve.append(sample(nlp, count + i, "nlp.pipe"))
-    return {"with_elmo": with_elmo, "curve": curve}
+    cache = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    return {"with_elmo": with_elmo, "onednn_cache": int(cache) if cache else None, "curve": curve}
 
 
 def sample(nlp, docs: int, phase: str) -> dict:
@@ -86,8 +95,7 @@ def plot(report: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4))
     for run_ in report["runs"]:
         curve = run_["curve"]
-        label = "spaCy + elmo" if run_["with_elmo"] else "spaCy alone (blank + sentencizer)"
-        ax.plot([p["docs"] for p in curve], [p["rss_mb"] for p in curve], label=label)
+        ax.plot([p["docs"] for p in curve], [p["rss_mb"] for p in curve], label=label(run_))
     ax.axvline(report["docs"], color="#888888", linewidth=1, linestyle=":")
     ax.text(report["docs"], ax.get_ylim()[0], " nlp.pipe from here", fontsize=7, va="bottom")
     ax.set_xlabel("docs processed (nlp(text) one at a time, then nlp.pipe)")
@@ -120,11 +128,18 @@ def update_markdown(report: dict) -> None:
         "|---|---|---|---:|---:|",
     ]
     for run_ in report["runs"]:
-        name = "spaCy + elmo" if run_["with_elmo"] else "spaCy alone"
+        name = label(run_)
         for phase in ("nlp(text)", "nlp.pipe"):
             first, last, late = growth(run_["curve"], phase)
             strings = [p["strings"] for p in run_["curve"] if p["phase"] == phase][-1]
             lines_.append(f"| {name} | {phase} | {first:,.0f} -> {last:,.0f} | {late:+.1f} | {strings:,} |")
+    if any(run_.get("onednn_cache") is not None for run_ in report["runs"]):
+        lines_ += [
+            "",
+            "The third run caps oneDNN's primitive cache (`ONEDNN_PRIMITIVE_CACHE_CAPACITY`, read when torch starts): "
+            "oneDNN keeps one compiled kernel for each matmul shape it meets, up to 1,024 by default, and docs of "
+            "new lengths bring new shapes.",
+        ]
     lines_ += ["", "![memory over a long run](bench/results/memory-cpu.png)", ""]
     write_section("bench_memory:cpu", lines_)
 
@@ -134,6 +149,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--weights", type=Path, help="a native biLM (default: the fixture, converted)")
+    parser.add_argument("--onednn-cache", type=int, help="also run with oneDNN's primitive cache capped at this size")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -141,9 +157,15 @@ def main() -> None:
         return
     weights = args.weights or convert_fixture()
     runs = []
-    for which in ("spacy", "elmo"):
+    variants = [("spacy", {}), ("elmo", {})]
+    if args.onednn_cache is not None:
+        variants.append(("elmo", {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(args.onednn_cache)}))
+    for which, env in variants:
         command = [sys.executable, __file__, "--worker", which, "--docs", str(args.docs), "--weights", str(weights)]
-        done = subprocess.run([*command, "--threads", str(args.threads)], capture_output=True, text=True)
+        environment = {**os.environ, **env}
+        done = subprocess.run(
+            [*command, "--threads", str(args.threads)], capture_output=True, text=True, env=environment
+        )
         if done.returncode:
             raise SystemExit(done.stderr[-3000:])
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
