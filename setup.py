@@ -25,7 +25,7 @@ setup(
         "torch>=2.5,<3",
         "spacy>=3.7,<3.9",
         "thinc>=8.2,<8.4",
-        "numpy>=1.23",
+        "numpy>=1.26",
         "requests>=2.25",
         "safetensors>=0.4",
         "srsly>=2.4",
