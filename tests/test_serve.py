@@ -64,6 +64,13 @@ def test_a_good_request_reads_back_as_sent():
     )
 
 
+def test_the_source_is_read_as_a_pipeline_or_as_weights(tiny_weights, tiny_elmo_pipeline):
+    from spacy_elmo.serving.service import _is_pipeline
+
+    assert _is_pipeline(str(tiny_elmo_pipeline)) and _is_pipeline("en_core_web_sm")  # a directory, a package
+    assert not any(_is_pipeline(s) for s in (str(tiny_weights), "original", "efml-de", "https://example.org/m.zip"))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -65,9 +65,8 @@ def load_served_pipeline(settings: ServeSettings) -> Any:
     from ..pipeline.assembly import assemble_pipeline
     from ..pipeline.component import Elmo
 
-    source = Path(settings.source)
-    if (source / "config.cfg").is_file() or not (source.exists() or "/" in settings.source):
-        nlp = spacy.load(settings.source)  # a pipeline directory, or an installed package's name
+    if _is_pipeline(settings.source):
+        nlp = spacy.load(settings.source)
     else:
         nlp = assemble_pipeline(settings.source, settings.lang)
     elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
@@ -78,6 +77,18 @@ def load_served_pipeline(settings: ServeSettings) -> Any:
         if settings.precision is not None:
             pipe.cfg["precision"] = settings.precision
     return nlp
+
+
+def _is_pipeline(source: str) -> bool:
+    """A spaCy pipeline directory, or the name of an installed package that is not a published
+    model's; anything else (a biLM directory, a published name, a URL) is weights."""
+    from ..hub.cache import is_url
+    from ..hub.catalogue import CATALOGUE
+
+    path = Path(source).expanduser()
+    if path.exists():
+        return (path / "config.cfg").is_file()
+    return source not in CATALOGUE and not is_url(source) and "/" not in source
 
 
 def metadata(nlp: Any, settings: ServeSettings) -> Dict[str, Any]:
