@@ -114,6 +114,11 @@ def growth(curve: list, phase: str) -> tuple:
     return points[0]["rss_mb"], points[-1]["rss_mb"], points[-1]["rss_mb"] - half["rss_mb"]
 
 
+def capped_option(report: dict) -> str:
+    caps = [r["onednn_cache"] for r in report["runs"] if r.get("onednn_cache") is not None]
+    return f" --onednn-cache {caps[0]}" if caps else ""
+
+
 def update_markdown(report: dict) -> None:
     lines_ = [
         f"### Memory over a long run ({report['date']})",
@@ -122,7 +127,7 @@ def update_markdown(report: dict) -> None:
         "shared/data/corpus/train.txt through `nlp(text)` one at a time, then the same lines through `nlp.pipe` "
         "(batches of 64); each pipeline in its own process; RSS every 500 docs. spaCy alone is a blank English "
         "pipeline with the sentencizer: its string store grows with every new word. Command: "
-        f"`python bench/bench_memory.py --docs {report['docs']}`.",
+        f"`python bench/bench_memory.py --docs {report['docs']}{capped_option(report)}`.",
         "",
         "| pipeline | phase | RSS first -> last (MB) | growth over the phase's second half (MB) | strings at the end |",
         "|---|---|---|---:|---:|",
