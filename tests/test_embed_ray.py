@@ -113,6 +113,7 @@ def ray_workers_embedding() -> list:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker process through /proc")
+@pytest.mark.matrix  # 22 s: the default run keeps the driver's kill; `nox -s matrix` runs this one
 def test_killing_a_worker_loses_no_finished_block(tmp_path, pipeline):  # noqa: F811
     """Ray restarts the killed actor and retries its block; blocks finished before are not rewritten."""
     driver, blocks, _, _ = embed_on_ray_until_5_blocks(tmp_path, pipeline)

@@ -92,6 +92,7 @@ def test_workflow_all_on_a_tiny_configuration(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.matrix  # 27 s: the default run keeps the English workflow; `nox -s matrix` runs this one
 def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path):
     project = copy_project(tmp_path)
     result = run_project(project, "all", "--vars.lang=bg", *TINY)
