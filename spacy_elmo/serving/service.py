@@ -27,6 +27,11 @@ from .responses import embed_requests
 APP_NAME = "spacy-elmo"
 
 
+def machine_threads() -> int:
+    """The default torch threads of a replica: this machine's CPU count."""
+    return max(1, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     """Everything ``serve`` decides, in one place. ``source``: a spaCy pipeline directory or package
@@ -38,7 +43,7 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     replicas: int = 1
-    threads: int = field(default_factory=lambda: machine_threads())  # defined below
+    threads: int = field(default_factory=machine_threads)
     batching: bool = True
     max_batch_tokens: int = 4096
     max_wait_ms: float = 10.0
@@ -53,30 +58,15 @@ class ServeSettings:
             raise ValueError(f"serve: max_wait_ms must be between 0 and 10000, got {self.max_wait_ms!r}.")
 
 
-def machine_threads() -> int:
-    """The default torch threads of a replica: this machine's CPU count."""
-    return max(1, os.cpu_count() or 1)
-
-
 def load_served_pipeline(settings: ServeSettings) -> Any:
-    """The pipeline ``settings.source`` names, its elmo components set to keep every layer."""
-    import spacy
-
-    from ..pipeline.assembly import assemble_pipeline
-    from ..pipeline.component import Elmo
+    """The pipeline ``settings.source`` names, its elmo components set to keep every layer (as
+    ``embed`` loads it: ``corpus.worker.load_pipeline``)."""
+    from ..corpus.settings import EmbedSettings
+    from ..corpus.worker import load_pipeline
 
     if _is_pipeline(settings.source):
-        nlp = spacy.load(settings.source)
-    else:
-        nlp = assemble_pipeline(settings.source, settings.lang)
-    elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
-    if not elmo:
-        raise ValueError(f"{settings.source}: the pipeline has no 'elmo' component (it has {nlp.pipe_names}).")
-    for pipe in elmo:
-        pipe.cfg.update(store="layers", store_dtype="float32")
-        if settings.precision is not None:
-            pipe.cfg["precision"] = settings.precision
-    return nlp
+        return load_pipeline(EmbedSettings(pipeline=settings.source, precision=settings.precision))
+    return load_pipeline(EmbedSettings(weights=settings.source, lang=settings.lang, precision=settings.precision))
 
 
 def _is_pipeline(source: str) -> bool:
