@@ -289,16 +289,6 @@ def test_bitwise_identical_at_original_size(clipped, path, kernels):
     assert np.array_equal(got, alone)
 
 
-def test_embeddings_initialize_as_torch_does_and_skip_it_on_the_meta_device():
-    from spacy_elmo.network.char_encoder import embedding
-
-    torch.manual_seed(3)
-    expected = torch.nn.Embedding(12, 5, padding_idx=0).weight
-    torch.manual_seed(3)
-    got = embedding(12, 5, padding_idx=0).weight
-    assert torch.equal(got, expected) and got.requires_grad and not got[0].any()
-
-
 def test_loading_weights_does_not_import_sympy(tmp_path):
     """A module built on the meta device to receive weights runs no ``normal_`` there: torch's
     meta ``normal_`` imports sympy (about 70 MB resident). A fresh process, since other tests

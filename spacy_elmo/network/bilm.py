@@ -43,8 +43,7 @@ class LMHead(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, dim))
         self.bias = nn.Parameter(torch.zeros(vocab_size))
-        if not self.weight.is_meta:  # see ``char_encoder.embedding``
-            nn.init.normal_(self.weight, std=dim**-0.5)
+        nn.init.normal_(self.weight, std=dim**-0.5)  # skipped on the meta device (weights.native)
 
     def forward(self, hidden: Tensor) -> Tensor:
         return F.linear(hidden, self.weight, self.bias)

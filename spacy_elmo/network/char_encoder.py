@@ -50,19 +50,6 @@ def _linear(x: Tensor, layer: nn.Linear, rows: int, blocking: Blocking) -> Tenso
     return linear_rows(x, layer.weight, layer.bias, rows, blocking.precision, int8_kernel=blocking.int8_kernel)
 
 
-def embedding(count: int, dim: int, padding_idx: Optional[int] = None) -> nn.Embedding:
-    """``nn.Embedding(count, dim, padding_idx)``, initialized as torch initializes it except on the
-    meta device (a module built to receive loaded weights): there torch's ``normal_`` imports
-    sympy, measured at 0.8 s and 70 MB resident, for values the load replaces."""
-    weight = torch.empty(count, dim)
-    if not weight.is_meta:
-        with torch.no_grad():
-            nn.init.normal_(weight)
-            if padding_idx is not None:
-                weight[padding_idx] = 0
-    return nn.Embedding(count, dim, padding_idx=padding_idx, _weight=weight)
-
-
 class CharEncoder(nn.Module):
     """Context-independent token representation: char ids (N, C) [+ word ids (N,)] -> (N, P).
 
@@ -78,11 +65,11 @@ class CharEncoder(nn.Module):
         self.config = config
         self.pad_id = pad_id
         n_filters, dim = config.n_filters, config.char_embedding_dim
-        self.embedding = embedding(config.n_characters, dim, padding_idx=0)
+        self.embedding = nn.Embedding(config.n_characters, dim, padding_idx=0)
         self.convs = nn.ModuleList(nn.Conv1d(dim, count, width) for width, count in config.filters)
         self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.word_dim + n_filters, config.projection_dim)
-        self.word_embedding = embedding(config.word_vocab_size, config.word_dim) if config.word_dim else None
+        self.word_embedding = nn.Embedding(config.word_vocab_size, config.word_dim) if config.word_dim else None
         self._activation = torch.relu if config.activation == "relu" else torch.tanh
 
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
