@@ -138,6 +138,12 @@ def update_markdown(report: dict) -> None:
             first, last, late = growth(run_["curve"], phase)
             strings = [p["strings"] for p in run_["curve"] if p["phase"] == phase][-1]
             lines_.append(f"| {name} | {phase} | {first:,.0f} -> {last:,.0f} | {late:+.1f} | {strings:,} |")
+    lines_ += [
+        "",
+        "oneDNN compiles and keeps a kernel for each matmul shape it meets; the component runs its matmuls at a few "
+        "row counts (`spacy_elmo/kernels/row_buckets.py`), so docs of new lengths bring no new shapes once the "
+        "common ones are met, and RSS levels off.",
+    ]
     if any(run_.get("onednn_cache") is not None for run_ in report["runs"]):
         lines_ += [
             "",

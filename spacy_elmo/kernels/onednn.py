@@ -39,6 +39,7 @@ from torch import Tensor
 
 from . import machine
 from .precision import operand
+from .row_buckets import padded_to_bucket
 from .weight_copies import derived_copy
 
 # The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
@@ -119,11 +120,11 @@ def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool =
 
 def _linear_blocks(x: Tensor, blocks: List[Tensor], two_rows: bool = False) -> Tensor:
     """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded).
+    The rows run padded to their bucket (``row_buckets``: a bounded number of compiled kernels);
     ``two_rows``: a single row is padded to two, where oneDNN would take another kernel (a GEMV)
     for one row: a plain weight, or a reordered one longer than K_BLOCK."""
     rows = x.shape[0]
-    if rows == 1 and two_rows:
-        x = torch.cat([x, x.new_zeros(1, x.shape[1])])
+    x = padded_to_bucket(x, least=2 if two_rows else 1)
     out, start = None, 0
     for block in blocks:
         width = block.shape[1]

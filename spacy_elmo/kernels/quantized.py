@@ -54,6 +54,7 @@ from torch import Tensor
 
 from . import machine
 from .onednn import PROBE_ERRORS
+from .row_buckets import bucket_rows, padded_to_bucket
 from .weight_copies import derived_copy
 
 INT8_MAX = 127
@@ -213,13 +214,13 @@ def scaled_linear(x: Tensor, packed: QuantizedWeight, bias: Optional[Tensor] = N
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
     """Exact int32 ``a @ b`` for a (M, K) int8 and b (K', N) int8 with K' >= K (the rows past K
-    must be zeros): a is padded to K' columns, and on CUDA to at least 17 rows (cuBLASLt).
-    Returns (M, N) int32."""
+    must be zeros): a is padded to K' columns, on CUDA to at least 17 rows (cuBLASLt), on CPU to
+    its rows' bucket (``row_buckets``: oneDNN compiles a kernel per shape). Returns (M, N) int32."""
     rows, columns = a.shape
-    min_rows = _CUDA_MIN_ROWS if a.device.type == "cuda" else 1
     if rows == 0:
         return a.new_zeros((0, b.shape[1]), dtype=torch.int32)
-    padding = (0, b.shape[0] - columns, 0, max(min_rows - rows, 0))
+    padded_rows = max(rows, _CUDA_MIN_ROWS) if a.device.type == "cuda" else bucket_rows(rows)
+    padding = (0, b.shape[0] - columns, 0, padded_rows - rows)
     if any(padding):
         a = F.pad(a, padding)
     return torch._int_mm(a, b)[:rows]
@@ -254,10 +255,12 @@ def _prepack(values: Tensor, scale: Tensor) -> OneDnnInt8:
 
 
 def _onednn_scaled_sums(values: Tensor, weight: OneDnnInt8) -> Tensor:
-    """values (M, K) int8, M >= 1 -> (M, N) fp32 ``fp32(sums) * scale``, through oneDNN."""
+    """values (M, K) int8, M >= 1 -> (M, N) fp32 ``fp32(sums) * scale``, through oneDNN, its rows
+    padded to their bucket (``row_buckets``)."""
     x_scale, x_zero_point, bias, output_scale, output_zero_point = 1.0, 0, None, 1.0, 0
+    rows = values.shape[0]
     return torch.ops.onednn.qlinear_pointwise(
-        values.contiguous(),
+        padded_to_bucket(values.contiguous()),
         x_scale,
         x_zero_point,
         weight.packed,
@@ -270,7 +273,7 @@ def _onednn_scaled_sums(values: Tensor, weight: OneDnnInt8) -> Tensor:
         "none",
         [],
         "",
-    )
+    )[:rows]
 
 
 def int8_kernel(device: torch.device, features: Optional[frozenset] = None) -> Optional[Int8Kernel]:
