@@ -100,7 +100,7 @@ def plot(report: dict, path: Path) -> None:
     ax.text(report["docs"], ax.get_ylim()[0], " nlp.pipe from here", fontsize=7, va="bottom")
     ax.set_xlabel("docs processed (nlp(text) one at a time, then nlp.pipe)")
     ax.set_ylabel("RSS (MB)")
-    ax.set_title(f"memory over a long run, {report['machine']}", fontsize=8)
+    ax.set_title(f"memory over a long run, {report['machine'].split(' (')[0]}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
