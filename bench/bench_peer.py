@@ -82,7 +82,7 @@ def ours(spec: dict) -> dict:
     report = {
         **time_pipe(nlp, sentences, spec["repeats"]),
         "peak_rss_mb": peak_rss_mb(),
-        "distinct_share": distinct_share(sentences, nlp.get_pipe("elmo").cfg["max_batch_tokens"]),
+        "distinct_share": distinct_share(sentences, nlp.get_pipe("elmo").settings.max_batch_tokens),
     }
     report["runs"], report["kernel"] = bilm.precision, bilm.precision_choice.kernel  # fp32 where it fell back
     if spec["precision"] != "fp32":

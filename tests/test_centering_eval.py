@@ -51,7 +51,7 @@ def test_assembled_pipeline_is_centred_on_its_corpus(tiny_weights, shards, tmp_p
     nlp = assemble(tiny_weights, tmp_path / "pipeline", centering_corpus=shards)
     centering = spacy.load(tmp_path / "pipeline").get_pipe("elmo").centering
     assert centering is not None and centering.tokens == sum(len(s) for s in read_sentences(shards))
-    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").cfg["center_vectors"], "the corpus turns it on"
+    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").settings.center_vectors, "the corpus turns it on"
     np.testing.assert_array_equal(centering.mean, nlp.get_pipe("elmo").centering.mean)
     with pytest.raises(ValueError, match="no shard-"):
         assemble(tiny_weights, tmp_path / "other", centering_corpus=tmp_path)

@@ -134,14 +134,16 @@ def test_pipe_batching_and_processes_match_one_by_one(nlp):
             assert np.array_equal(token_a.vector, token_b.vector)
 
 
-def test_the_pipeline_pickles_and_its_copy_gives_the_same_bits_from_empty_caches(tiny_weights):
-    nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_the_pipeline_pickles_and_its_copy_gives_the_same_bits_from_empty_caches(tiny_weights, precision):
+    nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000, precision=precision)
     expected = nlp(TEXT)._.elmo_data
     copy = pickle.loads(pickle.dumps(nlp))
     elmo = copy.get_pipe("elmo")
     assert len(elmo.bilm.token_cache) == 0 and elmo._sentences._tokens == 0, "caches are rebuilt, not copied"
+    assert elmo.bilm.kernel_plan is not None, "the copy decides its kernels when it is unpickled, not in a call"
+    assert elmo.bilm.precision == nlp.get_pipe("elmo").bilm.precision
     assert np.array_equal(copy(TEXT)._.elmo_data, expected)
-    assert elmo.bilm.kernel_plan is not None, "the copy decides its kernels where it runs"
 
 
 # A worker started by spawn (the default on macOS and Windows) or a fork server unpickles the pipeline.
@@ -336,7 +338,7 @@ def test_sentence_cache_follows_the_precision(tiny_weights):
     nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
     text = "The cat sat on the mat."
     exact = nlp(text)._.elmo_data
-    nlp.get_pipe("elmo").cfg["precision"] = "int8"
+    nlp.get_pipe("elmo").bilm.precision = "int8"  # the biLM asked to run another way
     reduced = nlp(text)._.elmo_data
     assert np.array_equal(reduced, make_nlp(tiny_weights, precision="int8")(text)._.elmo_data)
     assert not np.array_equal(reduced, exact), "int8 layers, not the fp32 ones cached before"

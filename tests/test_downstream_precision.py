@@ -51,12 +51,12 @@ def test_the_precision_reaches_the_sourced_component_only_through_the_pipeline(
     assert precisions_seen_in_training(monkeypatch, {**data, "paths.elmo": str(int8)}, tmp_path / "int8") == {"int8"}
     trained = spacy.load(tmp_path / "int8" / "model-best")
     trained("The cat sat on the mat .")
-    assert trained.get_pipe("elmo").cfg["precision"] == "int8" and trained.get_pipe("elmo").bilm.precision == "int8"
+    assert trained.get_pipe("elmo").settings.precision == "int8" and trained.get_pipe("elmo").bilm.precision == "int8"
     source, copy = spacy.load(tiny_elmo_pipeline), spacy.load(int8)
-    assert source.get_pipe("elmo").cfg["precision"] == "fp32", "the source pipeline is left as it was"
+    assert source.get_pipe("elmo").settings.precision == "fp32", "the source pipeline is left as it was"
     weights = [p.detach().numpy() for p in source.get_pipe("elmo").bilm.parameters()]
     assert all(np.array_equal(a, b.detach().numpy()) for a, b in zip(weights, copy.get_pipe("elmo").bilm.parameters()))
-    assert copy.get_pipe("elmo").cfg["sentence_cache_tokens"] == 10000, "the other settings are kept"
+    assert copy.get_pipe("elmo").settings.sentence_cache_tokens == 10000, "the other settings are kept"
 
 
 def test_run_names_set_reduced_precisions_apart():
@@ -80,7 +80,7 @@ def test_a_task_run_in_int8_trains_apart_and_is_reused(tiny_elmo_pipeline, upos_
     assert (metrics / "seeds" / "upos-1-elmo-int8-seed0.test.json").exists()
     assert (runs / "upos-1-elmo-int8" / "model-best").exists() and not (runs / "upos-1-elmo").exists()
     evaluated = spacy.load(runs / "upos-1-elmo-int8" / "model-best")
-    assert evaluated.get_pipe("elmo").cfg["precision"] == "int8", "spacy evaluate ran the model in int8 too"
+    assert evaluated.get_pipe("elmo").settings.precision == "int8", "spacy evaluate ran the model in int8 too"
 
     monkeypatch.setattr(tasks, "_train_seed", lambda *args: pytest.fail("a finished seed was trained again"))
     again = tasks.run("upos", 1, "elmo", data, tiny_elmo_pipeline, runs, 1, "int8", metrics)

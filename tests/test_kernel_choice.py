@@ -144,7 +144,7 @@ def test_the_component_decides_at_initialize_and_on_load(simulated_cpu, tiny_wei
     kernel_choice._WARNED.clear()
     with pytest.warns(kernel_choice.PrecisionFallback):
         loaded = spacy.load(tmp_path / "pipeline")
-    assert loaded.get_pipe("elmo").cfg["precision"] == "bf16" and loaded.get_pipe("elmo").bilm.precision == "fp32"
+    assert loaded.get_pipe("elmo").settings.precision == "bf16" and loaded.get_pipe("elmo").bilm.precision == "fp32"
 
 
 def test_int8_is_refused_at_initialize_for_a_model_whose_sums_could_overflow(monkeypatch, tiny_weights):

@@ -174,7 +174,7 @@ def test_the_setting_travels_with_a_saved_pipeline(tiny_weights, tmp_path, preci
     expected = nlp("The bank raised its rates.")._.elmo_data
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert loaded.get_pipe("elmo").cfg["precision"] == precision
+    assert loaded.get_pipe("elmo").settings.precision == precision
     np.testing.assert_array_equal(loaded("The bank raised its rates.")._.elmo_data, expected)
 
 

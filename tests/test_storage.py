@@ -108,7 +108,7 @@ def test_the_store_travels_with_a_saved_pipeline(tiny_weights, tmp_path):
     expected = nlp(TEXT)._.elmo_vectors
     nlp.to_disk(tmp_path / "pipeline")
     loaded = spacy.load(tmp_path / "pipeline")
-    assert loaded.get_pipe("elmo").cfg["store"] == "mix" and loaded.get_pipe("elmo").cfg["store_dtype"] == "float16"
+    assert loaded.get_pipe("elmo").settings.store == "mix" and loaded.get_pipe("elmo").settings.store_dtype == "float16"
     assert loaded.config["components"]["elmo"]["store"] == "mix"
     doc = loaded(TEXT)
     assert doc._.elmo_data is None

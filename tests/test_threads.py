@@ -49,3 +49,24 @@ def test_elementwise_functions_give_the_same_bits_on_any_thread_count():
             assert torch.equal(elementwise_(torch.Tensor.sigmoid_, x.clone()), one_slice_at_a_time), f"{count} threads"
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_loaded_pipeline_decides_everything_at_load_and_calls_change_no_thread_count(tiny_elmo_pipeline, monkeypatch):
+    """Probes set torch's thread count while they run (to check each count): they run when a
+    pipeline is loaded, never inside a call, where other threads may be in the middle of a matmul.
+    Docs of 1 to 60 words, in both precisions, one at a time and in batches, on pipelines never
+    called before."""
+    import spacy
+
+    pipelines = [
+        spacy.load(tiny_elmo_pipeline, config={"components": {"elmo": {"precision": precision}}})
+        for precision in ("fp32", "int8")
+    ]
+    changes = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda count: changes.append(count))
+    texts = [" ".join(f"w{i}x{length}" for i in range(length)) + "." for length in range(1, 61)]
+    for nlp in pipelines:
+        for text in texts:
+            nlp(text)
+        list(nlp.pipe(texts, batch_size=7))
+    assert changes == []

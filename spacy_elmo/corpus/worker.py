@@ -8,7 +8,7 @@ import resource
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from ..files import atomic_write
 from .blocks import Block, read_block
@@ -21,35 +21,52 @@ if TYPE_CHECKING:
 
 
 def load_pipeline(settings: EmbedSettings, gpu_id: int = -1) -> Language:
-    """The pipeline, on GPU ``gpu_id`` (-1: the CPU), writing every layer in float32."""
+    """The pipeline, on GPU ``gpu_id`` (-1: the CPU), its elmo components writing every layer in
+    float32 (the files hold every layer, exact), in ``settings.precision`` where given."""
     from ..pipeline.component import Elmo
     from .gpus import use_gpu
 
     use_gpu(gpu_id)
-    nlp = _pipeline(settings)
-    elmo = [pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo)]
-    if not elmo:
+    overrides: Dict[str, Any] = {"store": "layers", "store_dtype": "float32"}
+    if settings.precision is not None:
+        overrides["precision"] = settings.precision
+    nlp = _pipeline(settings, overrides)
+    if not any(isinstance(pipe, Elmo) for _, pipe in nlp.pipeline):
         raise ValueError(f"The pipeline has no 'elmo' component (it has {nlp.pipe_names}).")
-    for pipe in elmo:
-        pipe.cfg.update(store="layers", store_dtype="float32")  # the files hold every layer, exact
-        if settings.precision is not None:
-            pipe.cfg["precision"] = settings.precision
     return nlp
 
 
-def _pipeline(settings: EmbedSettings) -> Language:
+def _pipeline(settings: EmbedSettings, elmo_settings: Dict[str, Any]) -> Language:
+    """The pipeline of ``settings`` with ``elmo_settings`` given to its elmo components at load."""
     import spacy
 
     from ..pipeline.assembly import assemble_pipeline
     from ..weights.native import CONFIG_FILE
 
     if settings.weights is not None:
-        return assemble_pipeline(settings.weights, settings.lang)
+        return assemble_pipeline(settings.weights, settings.lang, elmo_config=elmo_settings)
     assert settings.pipeline is not None  # _check: a pipeline where no weights are given
     path = Path(settings.pipeline)
     if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
         raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")
-    return spacy.load(settings.pipeline)
+    names = _elmo_names(path) if (path / "config.cfg").is_file() else _elmo_names_of_package(settings.pipeline)
+    return spacy.load(settings.pipeline, config={"components": {name: elmo_settings for name in names}})
+
+
+def _elmo_names(path: Path) -> List[str]:
+    """The elmo components of the pipeline saved at ``path``, from its config.cfg."""
+    from spacy.util import load_config
+
+    components = load_config(path / "config.cfg", interpolate=False)["components"]
+    return [name for name, component in components.items() if component.get("factory") == "elmo"]
+
+
+def _elmo_names_of_package(package: str) -> List[str]:
+    """The elmo components of an installed pipeline package, from its config (loaded once)."""
+    import spacy
+
+    config = spacy.load(package).config["components"]
+    return [name for name, component in config.items() if component.get("factory") == "elmo"]
 
 
 def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettings) -> Dict[str, Any]:

@@ -120,7 +120,7 @@ class BiLM(nn.Module):
     def __getstate__(self) -> Dict[str, Any]:
         """Pickled (into a spawned worker, say) without its kernel plan: the process that unpickles it
         may run on another machine, so the plan is made again there when a precision is set (the
-        component sets it on every call)."""
+        elmo component sets it when it is unpickled)."""
         state = dict(self.__dict__)
         state.update(kernel_plan=None, _precision="fp32")
         return state

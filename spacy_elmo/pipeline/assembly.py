@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional, Union, cast
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import spacy
 from spacy.language import Language
@@ -23,10 +23,8 @@ from spacy.training import Example
 from ..hub.cache import recorded_source, resolve_weights
 from ..hub.catalogue import PublishedModel, get_model
 from .centering import text_lines
+from .centering_fit import docs_from_texts
 from .token_input import LEMMA, lookup_lemmatizer_config
-
-if TYPE_CHECKING:
-    from .centering_fit import FitsCentering
 
 PathLike = Union[str, Path]
 
@@ -65,7 +63,7 @@ def text_docs(path: PathLike) -> Callable[[Language], Iterable[Doc]]:
     """The lines of a .txt file (or of a folder's .txt files) as docs, split into sentences by the
     pipeline's components before elmo."""
     lines = text_lines(path)
-    return lambda nlp: cast("FitsCentering", nlp.get_pipe("elmo")).docs_from_texts(nlp, lines)
+    return lambda nlp: docs_from_texts(nlp, "elmo", lines)
 
 
 def published_pipeline(

@@ -16,6 +16,7 @@ settings), what users read off it in ``attributes``. With ``center_vectors`` on 
 ``fit_centering`` and saved with the component (``centering``).
 """
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -30,20 +31,17 @@ from thinc.api import Config, Model, Optimizer
 
 from ..hub.cache import recorded_input_attr, resolve_weights
 from ..weights.native import load_bilm
+from . import centering_fit
 from .bilm_layer import get_bilm, on_bilm_device, set_bilm
-from .centering import (
-    CENTERING_TOKENS,
-    Centering,
-)
-from .centering_fit import FitsCentering
+from .centering import CENTERING_TOKENS, Centering, NotEnoughText
 from .extensions import install_vector_hooks
-from .listeners import MixListeners
 from .mix_settings import MixSettings
 from .sentence_cache import SentenceCache
 from .sentence_runs import doc_layers
-from .settings import DEFAULTS, checked_settings, megabytes
-from .storage import Storage
+from .settings import ElmoSettings
+from .task_mix import set_layer_dims, task_mixes
 from .token_input import LEMMA, ORTH, check_docs_have, check_input_attr, require_lemmatizer, token_string
+from .weights_record import WeightsRecord
 
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
@@ -59,7 +57,7 @@ DEFAULT_MODEL = Config().from_str(
 
 @Language.factory(
     "elmo",
-    default_config={"model": DEFAULT_MODEL, **DEFAULTS},
+    default_config={"model": DEFAULT_MODEL, **ElmoSettings().to_config()},
     assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc._.elmo_centering", "doc.tensor"],
 )
 def make_elmo(
@@ -67,6 +65,7 @@ def make_elmo(
     name: str,
     model: Model,
     weights: Optional[str],
+    input_attr: Optional[str],
     layer_weights: Optional[List[float]],
     gamma: float,
     layer_norm: bool,
@@ -82,32 +81,54 @@ def make_elmo(
     store_dtype: str,
     center_vectors: bool,
     remove_directions: int,
-    input_attr: Optional[str],
 ) -> "Elmo":
-    """The ``elmo`` factory: its arguments are the settings of ``settings.DEFAULTS`` (spaCy reads them
-    from this signature to check a config)."""
-    settings = dict(locals())
-    for key in ("nlp", "name", "model"):
-        settings.pop(key)
-    return Elmo(nlp.vocab, model, name, **settings)
+    """The ``elmo`` factory: its arguments after ``model`` are the fields of ``ElmoSettings`` (spaCy
+    reads this signature to check a config; a test checks the two agree)."""
+    settings = ElmoSettings(
+        weights=weights,
+        input_attr=input_attr,
+        layer_weights=layer_weights,
+        gamma=gamma,
+        layer_norm=layer_norm,
+        pooling=pooling,
+        set_vector_hooks=set_vector_hooks,
+        max_sentence_length=max_sentence_length,
+        max_batch_tokens=max_batch_tokens,
+        sentence_cache_tokens=sentence_cache_tokens,
+        sentence_cache_mb=sentence_cache_mb,
+        token_cache_mb=token_cache_mb,
+        precision=precision,
+        store=store,
+        store_dtype=store_dtype,
+        center_vectors=center_vectors,
+        remove_directions=remove_directions,
+    )
+    return Elmo(nlp.vocab, model, name, settings)
 
 
-class Elmo(MixListeners, FitsCentering, TrainablePipe):
+class Elmo(TrainablePipe):
     """Runs a pretrained biLM over docs; see the module docstring. The biLM is frozen: spaCy does
-    not train it (list the component in ``frozen_components``). The task mixes of later components
-    are its listeners: their sizes come from its biLM (``listeners``)."""
+    not train it (list the component in ``frozen_components``).
 
-    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", **settings: Any) -> None:
-        """``settings``: those of ``settings.DEFAULTS`` (the factory's config), checked here."""
+    ``settings`` are what it was told (its config, fixed when it is built); ``cfg`` is what it
+    learned about its weights (``WeightsRecord``), saved with it. What runs (the kernels for the
+    precision, the default mix of layers, the centring) is decided when weights arrive, by
+    ``initialize`` or on load, and read by every call.
+    """
+
+    def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", settings: Optional[ElmoSettings] = None) -> None:
         self.vocab = vocab
         self.model = model
         self.name = name
-        self.cfg: Dict[str, Any] = {**checked_settings(settings), "centering": None}
-        self._settings = {key: value for key, value in self.cfg.items() if key not in ("weights", "centering")}
-        self._warned_update = False
-        self._centering: Optional[Tuple[dict, Optional[Centering]]] = None
-        self._sentences = SentenceCache(self.cfg["sentence_cache_tokens"], megabytes(self.cfg["sentence_cache_mb"]))
+        self.settings = settings or ElmoSettings()
+        self.cfg: Dict[str, Any] = {}
         self.listener_map: Dict[str, List[Model]] = {}
+        self._sentences = SentenceCache(self.settings.sentence_cache_tokens, self.settings.sentence_cache_bytes)
+        self._mix: Optional[MixSettings] = None
+        self._warned_update = False
+        self._keep(WeightsRecord())
+
+    # What runs: decided when weights arrive
 
     @property
     def bilm(self) -> "BiLM":
@@ -115,10 +136,33 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         return get_bilm(self.model)
 
     @property
+    def record(self) -> WeightsRecord:
+        """What the component learned about its weights (saved as its ``cfg``)."""
+        return self._record
+
+    @property
     def input_attr(self) -> str:
         """What the biLM reads of each token (``token_input``): the ``input_attr`` setting, else what
         the weights were trained on (recorded by the catalogue), else ORTH (the text)."""
-        return self.cfg["input_attr"] or self.cfg.get("weights_input_attr") or ORTH
+        return self.settings.input_attr or self._record.weights_input_attr or ORTH
+
+    @property
+    def mix(self) -> MixSettings:
+        """The default mix of layers (layer_weights, gamma, layer_norm, pooling) for these weights."""
+        self._require_weights()
+        assert self._mix is not None  # made with the weights, by _take_weights
+        return self._mix
+
+    @property
+    def centering(self) -> Optional[Centering]:
+        """What the vector hooks remove from the mixed vectors (see ``centering``): the estimate,
+        with ``center_vectors`` on; None when it is off or nothing was estimated."""
+        return self._centering if self.settings.center_vectors else None
+
+    @property
+    def centering_estimate(self) -> Optional[Centering]:
+        """The mean (and principal directions) estimated from text, used or not."""
+        return self._centering
 
     def layer_dims(self) -> Optional[Tuple[int, int]]:
         """(L+1, 2P) of the layers this component gives; None before its weights are loaded (until
@@ -126,13 +170,6 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         if not self.model.attrs.get("has_weights"):
             return None
         return self.bilm.config.n_output_layers, self.bilm.config.output_dim
-
-    @property
-    def mix(self) -> MixSettings:
-        """The default mix of layers: layer_weights, gamma, layer_norm, pooling."""
-        cfg = self.cfg
-        n_layers = self.bilm.config.n_output_layers
-        return MixSettings.for_layers(n_layers, cfg["layer_weights"], cfg["gamma"], cfg["pooling"], cfg["layer_norm"])
 
     def initialize(
         self,
@@ -155,7 +192,7 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         kept; the vector hooks use it with ``center_vectors`` on. With too little text
         (``nlp.initialize()`` alone gives none) nothing is estimated, and with ``center_vectors``
         on it warns: the vectors stay raw until ``fit_centering``."""
-        path = weights or self.cfg["weights"]
+        path = weights or self.settings.weights
         if not path:
             raise ValueError(
                 "The elmo component needs biLM weights to initialize: nlp.add_pipe('elmo', "
@@ -166,22 +203,22 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
         directory = resolve_weights(path)
         set_bilm(self.model, load_bilm(directory))
         self.model.attrs["has_weights"] = True
-        self._take_input_attr(check_input_attr(recorded_input_attr(directory)), nlp)
-        self.bilm.precision = self.cfg["precision"]  # decided here: a fast kernel, fp32 (warned) or refused
-        self.bilm.token_cache.max_bytes = megabytes(self.cfg["token_cache_mb"])
-        self.cfg["weights"] = str(path)
-        self.cfg["centering"] = None
-        _ = self.mix  # check layer_weights against the loaded biLM
+        trained_on = check_input_attr(recorded_input_attr(directory))
+        self._keep(WeightsRecord(weights=str(path), weights_input_attr=trained_on))
+        self._check_input_attr(trained_on, nlp)
+        self._take_weights()
         if nlp is not None:
-            self.find_later_listeners(nlp)
-        self._initialize_centering(get_examples, nlp, centering_text, centering_tokens)
+            self._find_later_listeners(nlp)
+        docs = centering_fit.initialization_docs(get_examples, nlp, self.name, centering_text)
+        self._initialize_centering(docs, centering_tokens)
+
+    # Running
 
     def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
         """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
         docs = list(docs)
         self._require_weights()
         check_docs_have(docs, self.input_attr, self.name)
-        self.bilm.precision = self.cfg["precision"]  # the choice made at initialize (cached), or a new setting's
         config = self.bilm.config
         with on_bilm_device(self.model):
             return doc_layers(
@@ -189,17 +226,16 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
                 docs,
                 self._sentences.for_model(self.bilm),
                 shape=(config.n_output_layers, config.output_dim),
-                max_sentence_length=self.cfg["max_sentence_length"],
-                max_batch_tokens=self.cfg["max_batch_tokens"],
+                max_sentence_length=self.settings.max_sentence_length,
+                max_batch_tokens=self.settings.max_batch_tokens,
                 token_string=token_string(self.input_attr),
             )
 
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
         """Keep each doc's layers (L+1, n, 2P) as the store settings say (see ``storage``)."""
-        mix, hooks, centering = self.mix, self.cfg["set_vector_hooks"], self.centering
-        storage = Storage(self.cfg["store"], self.cfg["store_dtype"])
+        mix, hooks, centering = self.mix, self.settings.set_vector_hooks, self.centering
         for doc, layers_of_doc in zip(docs, layers):
-            storage.keep(doc, layers_of_doc, mix, with_tensor=hooks)
+            self.settings.storage.keep(doc, layers_of_doc, mix, with_tensor=hooks)
             doc._.elmo_centering = centering.as_doc_value() if centering is not None else None
             if hooks:
                 install_vector_hooks(doc)
@@ -222,6 +258,79 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
             self._warned_update = True
         return losses if losses is not None else {}
 
+    # Centring
+
+    def fit_centering(self, docs: Iterable[Doc], max_tokens: int = CENTERING_TOKENS) -> Centering:
+        """Estimate what the vector hooks remove (the mean, and ``remove_directions`` principal
+        directions) from the mixed vectors of the first ``max_tokens`` tokens of ``docs`` (their
+        sentence boundaries, if set, are used; their annotations are left alone), and keep it
+        with the component (it is saved with the pipeline)."""
+        self._require_weights()
+        chosen = centering_fit.first_docs(docs, max_tokens)
+        estimate = centering_fit.estimate(chosen, self.predict(chosen), self.mix, self.settings.remove_directions)
+        self._keep(dataclasses.replace(self._record, centering=estimate.as_config()))
+        return estimate
+
+    def _initialize_centering(self, docs: Iterable[Doc], max_tokens: int) -> None:
+        try:
+            self.fit_centering(docs, max_tokens)
+        except NotEnoughText as err:
+            if self.settings.center_vectors:
+                warnings.warn(
+                    f"{err} With center_vectors on, the vector hooks (token.vector, .similarity) give raw ELMo "
+                    "vectors until then.",
+                    stacklevel=3,
+                )
+
+    # Listeners: the task mixes (spacy-elmo.TaskMix.v1) in later components' models read this
+    # component's layers, so they take their sizes (L+1, 2P) from its biLM. spaCy links them through
+    # these methods (the protocol tok2vec implements) on add_pipe, after loading, and in spacy train
+    # before initializing; a component without weights yet fills the sizes in at initialize.
+
+    @property
+    def listening_components(self) -> List[str]:
+        """The later components whose models hold a task mix."""
+        return list(self.listener_map)
+
+    @property
+    def listeners(self) -> List[Model]:
+        """Their task mixes."""
+        return [mix for name in self.listening_components for mix in self.listener_map[name]]
+
+    def add_listener(self, listener: Model, component_name: str) -> None:
+        mixes = self.listener_map.setdefault(component_name, [])
+        if listener not in mixes:
+            mixes.append(listener)
+
+    def remove_listener(self, listener: Model, component_name: str) -> bool:
+        mixes = self.listener_map.get(component_name, [])
+        if listener not in mixes:
+            return False
+        mixes.remove(listener)
+        if not mixes:
+            del self.listener_map[component_name]
+        return True
+
+    def find_listeners(self, component: Any) -> None:
+        """List the task mixes in ``component``'s model and give them this biLM's sizes."""
+        model = getattr(component, "model", None)
+        if not isinstance(model, Model):
+            return
+        dims = self.layer_dims()
+        for mix in task_mixes(model):
+            self.add_listener(mix, component.name)
+            if dims is not None:
+                set_layer_dims(mix, *dims, source=f"the '{self.name}' component before '{component.name}'")
+
+    def _find_later_listeners(self, nlp: Language) -> None:
+        components = [component for _, component in nlp.pipeline]
+        if self in components:
+            for component in components[components.index(self) + 1 :]:
+                self.find_listeners(component)
+
+    # Saving and loading: spaCy saves cfg (the record) and the model; the settings come from the
+    # pipeline's config.cfg, which builds the component before its files are read.
+
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "Elmo":
         model_file = Path(path) / "model"
         if "model" not in exclude and not model_file.is_file():
@@ -233,27 +342,51 @@ class Elmo(MixListeners, FitsCentering, TrainablePipe):
             super().from_disk(path, exclude=exclude)
         except (ValueError, TypeError, KeyError) as err:
             raise ValueError(f"{model_file} is not a readable elmo model: {err}") from None
-        return self._settings_from_config()
+        return self._loaded()
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "Elmo":
         super().from_bytes(bytes_data, exclude=exclude)
-        return self._settings_from_config()
+        return self._loaded()
 
-    def _settings_from_config(self) -> "Elmo":
-        """After loading: the settings this component was made with (the pipeline's config, with
-        any overrides given to spacy.load) win over those saved in its cfg, which keeps only what
-        initialize found (the weights' path, the centering)."""
-        self.cfg.update(self._settings)
+    def _loaded(self) -> "Elmo":
+        """After spaCy read the files: the record from the saved cfg (of any version), then what
+        runs, as at initialize."""
+        self._keep(WeightsRecord.from_cfg(self.cfg))
         if self.model.attrs.get("has_weights"):
-            self.bilm.precision = self.cfg["precision"]  # decided on load, as at initialize
-            self.bilm.token_cache.max_bytes = megabytes(self.cfg["token_cache_mb"])
+            self._take_weights()
         return self
 
-    def _take_input_attr(self, trained_on: Optional[str], nlp: Optional[Language]) -> None:
-        """Keep what the weights read (saved in cfg); warn where the setting overrides it, and
-        require a lemmatizer in ``nlp`` where the biLM reads lemmas."""
-        self.cfg["weights_input_attr"] = trained_on
-        chosen = self.cfg["input_attr"]
+    def __setstate__(self, state: Any) -> None:
+        """Unpickled (into a worker of nlp.pipe(n_process=N), maybe on another machine): what runs
+        is decided again here."""
+        super().__setstate__(state)
+        if self.model.attrs.get("has_weights"):
+            self._take_weights()
+
+    # Helpers
+
+    def _keep(self, record: WeightsRecord) -> None:
+        """Keep ``record`` (typed, and as the cfg spaCy saves) and its centring, parsed once."""
+        self._record = record
+        self.cfg = record.to_cfg()
+        self._centering = Centering.from_value(record.centering)
+
+    def _take_weights(self) -> None:
+        """Decide what runs with the weights now in the model: the kernels for the precision
+        (measured on this machine: a fast kernel, fp32 with a warning, or refused), the token
+        cache's bound and the default mix (layer_weights checked against the layers)."""
+        bilm, settings = self.bilm, self.settings
+        bilm.precision = settings.precision
+        bilm.token_cache.max_bytes = settings.token_cache_bytes
+        n_layers = bilm.config.n_output_layers
+        self._mix = MixSettings.for_layers(
+            n_layers, settings.layer_weights, settings.gamma, settings.pooling, settings.layer_norm
+        )
+
+    def _check_input_attr(self, trained_on: Optional[str], nlp: Optional[Language]) -> None:
+        """Warn where the setting overrides what the weights read; require a lemmatizer in ``nlp``
+        where the biLM reads lemmas."""
+        chosen = self.settings.input_attr
         if trained_on is not None and chosen is not None and chosen != trained_on:
             warnings.warn(
                 f"'{self.name}' (elmo): its weights were trained on {trained_on} but input_attr is {chosen}: the "

@@ -1,10 +1,20 @@
-"""The elmo component's settings: their defaults (the factory's config, the model aside) and the
-checks a component makes of them when it is built, so that a wrong value fails at ``add_pipe`` or
-``spacy.load`` and not inside ``nlp.pipe``."""
+"""The elmo component's settings, in one typed place: their defaults (the factory's config, the
+model aside) and their checks, made when a component is built, so that a wrong value fails at
+``add_pipe`` or ``spacy.load`` and not inside ``nlp.pipe``. Settings do not change after that: to
+run a saved pipeline with another one, override it at load
+(``spacy.load(path, config={"components": {"elmo": {"precision": "int8"}}})``); the pipeline's
+config.cfg then records it.
+
+Adding a setting: a field here (default, type, check in ``__post_init__``), the same argument in
+the factory's signature (``component.make_elmo``; tests/test_component.py checks they agree), and
+its section in docs/component.md.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Sequence
 
 from ..kernels.precision import check_precision
 from .centering import check_centering_settings
@@ -12,53 +22,72 @@ from .mix_settings import check_mix_settings
 from .storage import Storage
 from .token_input import check_input_attr
 
-DEFAULTS: Dict[str, Any] = {
-    "weights": None,
-    "input_attr": None,
-    "layer_weights": None,
-    "gamma": 1.0,
-    "layer_norm": True,
-    "pooling": "mean",
-    "set_vector_hooks": True,
-    "max_sentence_length": 256,
-    "max_batch_tokens": 4096,
-    "sentence_cache_tokens": 0,
-    "sentence_cache_mb": 256.0,
-    "token_cache_mb": 64.0,
-    "precision": "fp32",
-    "store": "layers",
-    "store_dtype": "float32",
-    "center_vectors": False,
-    "remove_directions": 0,
-}
+
+@dataclass(frozen=True)
+class ElmoSettings:
+    """The ``elmo`` factory's settings; docs/component.md describes each one."""
+
+    weights: Optional[str] = None
+    input_attr: Optional[str] = None
+    layer_weights: Optional[Sequence[float]] = None
+    gamma: float = 1.0
+    layer_norm: bool = True
+    pooling: str = "mean"
+    set_vector_hooks: bool = True
+    max_sentence_length: int = 256
+    max_batch_tokens: int = 4096
+    sentence_cache_tokens: int = 0
+    sentence_cache_mb: float = 256.0
+    token_cache_mb: float = 64.0
+    precision: str = "fp32"
+    store: str = "layers"
+    store_dtype: str = "float32"
+    center_vectors: bool = False
+    remove_directions: int = 0
+    storage: Storage = field(init=False, repr=False, compare=False)  # store and store_dtype, checked
+
+    def __post_init__(self) -> None:
+        for name in ("max_sentence_length", "max_batch_tokens"):
+            _check_count(name, getattr(self, name), least=1)
+        _check_count("sentence_cache_tokens", self.sentence_cache_tokens, least=0)
+        for name in ("sentence_cache_mb", "token_cache_mb"):
+            _check_megabytes(name, getattr(self, name))
+        check_mix_settings(self.layer_weights, self.gamma, self.pooling)
+        check_precision(self.precision)
+        check_centering_settings(self.center_vectors, self.remove_directions)
+        check_input_attr(self.input_attr)
+        object.__setattr__(self, "storage", Storage(self.store, self.store_dtype))
+        object.__setattr__(self, "weights", str(self.weights) if self.weights else None)
+        if self.layer_weights is not None:
+            object.__setattr__(self, "layer_weights", tuple(self.layer_weights))
+
+    def to_config(self) -> Dict[str, Any]:
+        """The settings as the factory's config takes them (lists, not tuples)."""
+        config = {setting.name: getattr(self, setting.name) for setting in dataclasses.fields(self) if setting.init}
+        if config["layer_weights"] is not None:
+            config["layer_weights"] = list(config["layer_weights"])
+        return config
+
+    @property
+    def token_cache_bytes(self) -> int:
+        return megabytes(self.token_cache_mb)
+
+    @property
+    def sentence_cache_bytes(self) -> int:
+        return megabytes(self.sentence_cache_mb)
 
 
-def checked_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """``DEFAULTS`` updated with ``settings``, after checking every value; ``weights`` as a string."""
-    unknown = sorted(set(settings) - set(DEFAULTS))
-    if unknown:
-        raise TypeError(f"elmo: unknown settings {unknown}; the settings are {sorted(DEFAULTS)}.")
-    values = {**DEFAULTS, **settings}
-    for setting in ("max_sentence_length", "max_batch_tokens"):
-        if not isinstance(values[setting], int) or values[setting] < 1:
-            raise ValueError(f"elmo: {setting} must be a positive integer, got {values[setting]!r}.")
-    if not isinstance(values["sentence_cache_tokens"], int) or values["sentence_cache_tokens"] < 0:
-        raise ValueError(
-            f"elmo: sentence_cache_tokens must be an integer >= 0, got {values['sentence_cache_tokens']!r}."
-        )
-    for setting in ("sentence_cache_mb", "token_cache_mb"):
-        value = values[setting]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise ValueError(f"elmo: {setting} must be a number of megabytes >= 0, got {value!r}.")
-    check_mix_settings(values["layer_weights"], values["gamma"], values["pooling"])
-    check_precision(values["precision"])
-    Storage(values["store"], values["store_dtype"])
-    check_centering_settings(values["center_vectors"], values["remove_directions"])
-    check_input_attr(values["input_attr"])
-    values["weights"] = str(values["weights"]) if values["weights"] else None
-    return values
+def _check_count(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        kind = "a positive integer" if least == 1 else f"an integer >= {least}"
+        raise ValueError(f"elmo: {name} must be {kind}, got {value!r}.")
 
 
-def megabytes(value: Optional[float]) -> Optional[int]:
-    """A setting in MB (2**20 bytes) as a count of bytes; None stays None."""
-    return None if value is None else int(value * 2**20)
+def _check_megabytes(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"elmo: {name} must be a number of megabytes >= 0, got {value!r}.")
+
+
+def megabytes(value: float) -> int:
+    """A setting in MB (2**20 bytes) as a count of bytes."""
+    return int(value * 2**20)

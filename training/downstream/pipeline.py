@@ -43,7 +43,7 @@ def with_precision(pipeline: Path, precision: str, output: Path) -> Path:
         raise ValueError(f"{pipeline} has no elmo component to set the precision of.")
     nlp = spacy.load(pipeline, config={"components": {name: {"precision": precision} for name in names}})
     for name in names:
-        if nlp.get_pipe(name).cfg["precision"] != precision:
+        if nlp.get_pipe(name).settings.precision != precision:
             raise RuntimeError(f"{pipeline}: the '{name}' component did not take precision {precision!r}.")
     with atomic_directory(output, replace=True) as temporary:
         nlp.to_disk(temporary)
