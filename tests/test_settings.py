@@ -5,7 +5,9 @@ learns about its weights is a record of its own, saved with it."""
 import dataclasses
 import inspect
 import json
+import re
 import typing
+from pathlib import Path
 
 import pytest
 import spacy
@@ -100,3 +102,13 @@ def test_a_cfg_saved_with_every_setting_gives_its_record():
     """Pipelines saved before the record kept every setting in cfg; the config.cfg's settings win."""
     old = {**ElmoSettings(precision="bf16").to_config(), "weights": "w", "centering": None}
     assert WeightsRecord.from_cfg(old) == WeightsRecord(weights="w")
+
+
+def test_the_settings_table_of_the_docs_names_every_setting_with_its_default():
+    table = (Path(__file__).parents[1] / "docs" / "component.md").read_text(encoding="utf-8")
+    documented = {
+        name: json.loads(default)
+        for name, default in re.findall(r"^\| \[`(\w+)`\]\(#\w+\) \| `([^`]+)`", table, flags=re.MULTILINE)
+        if name != "model"  # the architecture, not a setting of ElmoSettings
+    }
+    assert documented == ElmoSettings().to_config()

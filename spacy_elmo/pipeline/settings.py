@@ -6,8 +6,8 @@ run a saved pipeline with another one, override it at load
 config.cfg then records it.
 
 Adding a setting: a field here (default, type, check in ``__post_init__``), the same argument in
-the factory's signature (``component.make_elmo``; tests/test_component.py checks they agree), and
-its section in docs/component.md.
+the factory's signature (``component.make_elmo``), and its row and section in docs/component.md;
+tests/test_settings.py fails until the three agree.
 """
 
 from __future__ import annotations
