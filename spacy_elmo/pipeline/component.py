@@ -112,8 +112,8 @@ class Elmo(TrainablePipe):
 
     ``settings`` are what it was told (its config, fixed when it is built); ``cfg`` is what it
     learned about its weights (``WeightsRecord``), saved with it. What runs (the kernels for the
-    precision, the default mix of layers, the centring) is decided when weights arrive, by
-    ``initialize`` or on load, and read by every call.
+    precision, the token cache's bound, the default mix of layers, the centring) is decided when
+    weights arrive (``initialize``, loading, unpickling in a worker process) and read by every call.
     """
 
     def __init__(self, vocab: Vocab, model: Model, name: str = "elmo", settings: Optional[ElmoSettings] = None) -> None:
