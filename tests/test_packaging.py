@@ -103,8 +103,10 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_pyth
         "nlp = spacy.load('en_elmo_tiny_test')\n"
         "doc = nlp('The packaged pipeline runs. It has sentences.')\n"
         "print(doc._.elmo_data.shape, len(list(doc.sents)), doc[1].vector.shape)\n"
+        "from spacy_elmo.pipeline.assembly import elmo_component_names\n"
+        "print(elmo_component_names('en_elmo_tiny_test'), elmo_component_names('no_such_pipeline'))\n"
     )
-    assert run(python, "-c", check, cwd=tmp_path).strip() == "(3, 9, 32) 2 (32,)"
+    assert run(python, "-c", check, cwd=tmp_path).strip().splitlines() == ["(3, 9, 32) 2 (32,)", "['elmo'] []"]
 
 
 @pytest.mark.slow

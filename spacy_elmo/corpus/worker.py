@@ -8,7 +8,7 @@ import resource
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict
 
 from ..files import atomic_write
 from .blocks import Block, read_block
@@ -40,7 +40,7 @@ def _pipeline(settings: EmbedSettings, elmo_settings: Dict[str, Any]) -> Languag
     """The pipeline of ``settings`` with ``elmo_settings`` given to its elmo components at load."""
     import spacy
 
-    from ..pipeline.assembly import assemble_pipeline
+    from ..pipeline.assembly import assemble_pipeline, elmo_component_names
     from ..weights.native import CONFIG_FILE
 
     if settings.weights is not None:
@@ -49,24 +49,8 @@ def _pipeline(settings: EmbedSettings, elmo_settings: Dict[str, Any]) -> Languag
     path = Path(settings.pipeline)
     if (path / CONFIG_FILE).is_file() and not (path / "config.cfg").is_file():
         raise ValueError(f"{path} is a biLM directory, not a spaCy pipeline: pass it as --weights {path}.")
-    names = _elmo_names(path) if (path / "config.cfg").is_file() else _elmo_names_of_package(settings.pipeline)
+    names = elmo_component_names(settings.pipeline)
     return spacy.load(settings.pipeline, config={"components": {name: elmo_settings for name in names}})
-
-
-def _elmo_names(path: Path) -> List[str]:
-    """The elmo components of the pipeline saved at ``path``, from its config.cfg."""
-    from spacy.util import load_config
-
-    components = load_config(path / "config.cfg", interpolate=False)["components"]
-    return [name for name, component in components.items() if component.get("factory") == "elmo"]
-
-
-def _elmo_names_of_package(package: str) -> List[str]:
-    """The elmo components of an installed pipeline package, from its config (loaded once)."""
-    import spacy
-
-    config = spacy.load(package).config["components"]
-    return [name for name, component in config.items() if component.get("factory") == "elmo"]
 
 
 def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettings) -> Dict[str, Any]:

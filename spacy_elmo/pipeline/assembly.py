@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 import spacy
 from spacy.language import Language
@@ -57,6 +57,21 @@ def assemble_pipeline(
     nlp.meta.update(name=name, version=version)
     nlp.meta.update(meta or {})
     return nlp
+
+
+def elmo_component_names(pipeline: PathLike) -> List[str]:
+    """The names of the elmo components of a saved pipeline (a directory, or an installed pipeline
+    package's name), read from its config.cfg without loading it; ``[]`` where it has none or is
+    no saved pipeline."""
+    from spacy.util import get_package_path, is_package, load_config
+
+    config = Path(pipeline) / "config.cfg"
+    if not config.is_file() and is_package(str(pipeline)):
+        config = next(get_package_path(str(pipeline)).glob("*/config.cfg"), config)  # the package's data
+    if not config.is_file():
+        return []  # not a saved pipeline: spacy.load says so
+    components = load_config(config, interpolate=False)["components"]
+    return [name for name, settings in components.items() if settings.get("factory") == "elmo"]
 
 
 def text_docs(path: PathLike) -> Callable[[Language], Iterable[Doc]]:

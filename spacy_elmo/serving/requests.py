@@ -62,8 +62,7 @@ def parse_request(body: bytes, limits: ServeLimits) -> EmbedRequest:
     """``body`` (the raw bytes of a POST) as an ``EmbedRequest``; ``BadRequest`` where it is not one."""
     if not body:
         raise BadRequest(400, 'empty body: send JSON such as {"texts": ["The cat sat."]}')
-    if len(body) > limits.max_body_bytes:
-        raise BadRequest(413, f"body of {len(body):,} bytes; the limit is {limits.max_body_bytes:,}: send fewer docs")
+    check_body_size(len(body), limits)
     try:
         data = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -82,6 +81,12 @@ def parse_request(body: bytes, limits: ServeLimits) -> EmbedRequest:
     if "texts" in data:
         return EmbedRequest(texts=_texts(data["texts"], limits), tokens=tokens, dtype=dtype)
     return EmbedRequest(words=_words(data["words"], limits), tokens=tokens, dtype=dtype)
+
+
+def check_body_size(size: int, limits: ServeLimits) -> None:
+    """A 413 for a body of ``size`` bytes over the limit (read, or declared by Content-Length)."""
+    if size > limits.max_body_bytes:
+        raise BadRequest(413, f"body of {size:,} bytes; the limit is {limits.max_body_bytes:,}: send fewer docs")
 
 
 def _choice(data: dict, field: str, allowed: Tuple[str, ...]) -> str:

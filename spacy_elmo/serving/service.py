@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import orjson
 
-from .requests import BadRequest, EmbedRequest, ServeLimits, parse_request
+from .requests import BadRequest, EmbedRequest, ServeLimits, check_body_size, parse_request
 from .responses import embed_requests
 
 APP_NAME = "spacy-elmo"
@@ -151,10 +151,9 @@ class ElmoService:
 
     async def _body(self, request: Any) -> bytes:
         """The body, refused unread where its declared length is over the limit."""
-        limit = self.settings.limits.max_body_bytes
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise BadRequest(413, f"body of {int(declared):,} bytes; the limit is {limit:,}: send fewer docs")
+        if declared.isdigit():
+            check_body_size(int(declared), self.settings.limits)
         return await request.body()
 
 

@@ -18,16 +18,9 @@ import typer
 
 from spacy_elmo.files import atomic_directory
 from spacy_elmo.kernels.precision import check_precision
+from spacy_elmo.pipeline.assembly import elmo_component_names
 
 from ..packaging.assemble import assemble
-
-
-def elmo_components(pipeline: Path):
-    """The names of the elmo components of a saved pipeline, from its config."""
-    from spacy.util import load_config
-
-    components = load_config(Path(pipeline) / "config.cfg", interpolate=False)["components"]
-    return [name for name, settings in components.items() if settings.get("factory") == "elmo"]
 
 
 def with_precision(pipeline: Path, precision: str, output: Path) -> Path:
@@ -38,7 +31,7 @@ def with_precision(pipeline: Path, precision: str, output: Path) -> Path:
     import spacy
 
     check_precision(precision)
-    names = elmo_components(pipeline)
+    names = elmo_component_names(pipeline)
     if not names:
         raise ValueError(f"{pipeline} has no elmo component to set the precision of.")
     nlp = spacy.load(pipeline, config={"components": {name: {"precision": precision} for name in names}})
