@@ -155,8 +155,11 @@ def run_ours(spec: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads: int, device: str = "cpu") -> dict:
-    """The peer's RESULT for one workload and mode, run by its own Python (PEER/venv) on ``device``."""
+def run_peer(
+    peer: Path, sentences_file: Path, mode: str, repeats: int, threads: int, device: str = "cpu", batch_size: int = 64
+) -> dict:
+    """The peer's RESULT for one workload and mode, run by its own Python (PEER/venv) on ``device``,
+    in batches of ``batch_size`` sentences."""
     environment = {**os.environ, "PYTHONPATH": str(PEER_TOOLS / "stubs")}
     command = [
         str(peer / "venv" / "bin" / "python"),
@@ -173,6 +176,8 @@ def run_peer(peer: Path, sentences_file: Path, mode: str, repeats: int, threads:
         str(threads),
         "--device",
         device,
+        "--batch-size",
+        str(batch_size),
     ]
     done = subprocess.run(command, capture_output=True, text=True, env=environment)
     line = next((row for row in done.stdout.splitlines() if row.startswith("RESULT ")), None)

@@ -8,7 +8,9 @@
 Workloads: 1, 8 and 64 sentences of held-out text through ``nlp.pipe`` (median of repeated runs
 after a warm-up: the shapes are met before the clock starts), and a stream of 150 training lines
 never seen before through ``nlp(text)`` one at a time (new doc lengths: new shapes, compiled on
-the way). words/s per process; the table gives the median over processes. Writes
+the way). With the peer's folder, AllenNLP's ``Elmo`` (fp32, its own venv, batches of 64) runs the
+sentence workloads in each round of the same run. words/s per process; the table gives the median
+over processes. Writes
 bench/results/row-buckets-cpu.json and .png and its section of BENCHMARKS.md.
 """
 
@@ -19,15 +21,19 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 from report import SHARED, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-WORKLOADS = ["1 sentence", "8 sentences", "64 sentences", "150 new lines, one at a time"]
+SENTENCE_WORKLOADS = ["1 sentence", "8 sentences", "64 sentences"]
+WORKLOADS = [*SENTENCE_WORKLOADS, "150 new lines, one at a time"]
 VARIANTS = {"buckets": "row counts rounded to buckets (shipped)", "own rows": "each call at its own row count"}
+PEER = "AllenNLP `Elmo` (the peer, its own venv; batches of 64)"
 
 
 def measure(weights: str, precision: str, variant: str) -> dict:
@@ -60,9 +66,14 @@ def measure(weights: str, precision: str, variant: str) -> dict:
     return speeds
 
 
-def run_all(weights: Path, precisions: list, processes: int) -> dict:
+def run_all(weights: Path, precisions: list, processes: int, peer: Optional[Path]) -> dict:
+    """Each configuration ``processes`` times, alternating; with ``peer``, AllenNLP's ``Elmo`` (fp32,
+    its own venv) on the same sentences in each round."""
     runs = {(p, v): [] for p in precisions for v in VARIANTS}
+    peer_runs: list = []
     for _ in range(processes):
+        if peer is not None:
+            peer_runs.append(peer_speeds(peer))
         for precision in precisions:
             for variant in VARIANTS:  # alternating: drift in the machine's speed falls on both alike
                 command = [sys.executable, __file__, "--worker", variant, "--precision", precision, str(weights)]
@@ -76,7 +87,25 @@ def run_all(weights: Path, precisions: list, processes: int) -> dict:
     for (precision, variant), found in runs.items():
         median = {workload: statistics.median(run[workload] for run in found) for workload in WORKLOADS}
         rows.append({"precision": precision, "variant": variant, "runs": found, "median": median})
+    if peer_runs:
+        median = {w: statistics.median(run[w] for run in peer_runs) for w in SENTENCE_WORKLOADS}
+        rows.append({"precision": "fp32", "variant": "peer", "runs": peer_runs, "median": median})
     return {"machine": cpu_description(), "date": time.strftime("%Y-%m-%d %H:%M"), "processes": processes, "rows": rows}
+
+
+def peer_speeds(peer: Path) -> dict:
+    """words/s of AllenNLP's ``Elmo`` on the sentence workloads (batches of 64, as it is run)."""
+    from bench_bilm import load_sentences
+    from bench_peer import run_peer
+
+    sentences = load_sentences(64)[0]
+    speeds = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for workload, count, repeats in zip(SENTENCE_WORKLOADS, (1, 8, 64), (15, 7, 5)):
+            path = Path(folder) / f"{count}.json"
+            path.write_text(json.dumps(sentences[:count]))
+            speeds[workload] = run_peer(peer, path, "plain", repeats, 2)["words_per_s"]
+    return speeds
 
 
 def plot(report: dict, path: Path) -> None:
@@ -87,10 +116,11 @@ def plot(report: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(WORKLOADS), figsize=(12, 3.5))
     for ax, workload in zip(axes, WORKLOADS):
-        labels = [f"{row['precision']}\n{row['variant']}" for row in report["rows"]]
-        medians = [row["median"][workload] for row in report["rows"]]
-        ax.bar(range(len(labels)), medians, color=["#4c72b0", "#dd8452"] * (len(labels) // 2))
-        for i, row in enumerate(report["rows"]):
+        rows = [row for row in report["rows"] if workload in row["median"]]
+        labels = [f"{row['precision']}\n{row['variant']}" for row in rows]
+        colours = {"buckets": "#4c72b0", "own rows": "#dd8452", "peer": "#888888"}
+        ax.bar(range(len(rows)), [row["median"][workload] for row in rows], color=[colours[r["variant"]] for r in rows])
+        for i, row in enumerate(rows):
             ax.plot([i] * len(row["runs"]), [run[workload] for run in row["runs"]], "k.", markersize=4)
         ax.set_xticks(range(len(labels)), labels, fontsize=7)
         ax.set_title(workload, fontsize=9)
@@ -107,15 +137,16 @@ def update_markdown(report: dict, command: str) -> None:
         "",
         f"Machine: {report['machine']}, 2 threads. Full-size weights; the `elmo` component through `nlp.pipe` (1, 8 "
         "and 64 held-out sentences, shapes met in a warm-up) and 150 new training lines through `nlp(text)` one at a "
-        f"time. words/s, median over {report['processes']} processes per row, the rows alternating. "
+        f"time. words/s, median over {report['processes']} processes per row, the rows alternating; the peer "
+        "(AllenNLP's `Elmo`, fp32, the same sentences) in each round of the same run. "
         f"Command: `{command}`.",
         "",
         "| precision | matmul rows | " + " | ".join(WORKLOADS) + " |",
         "|---|---|" + "---:|" * len(WORKLOADS),
     ]
     for row in report["rows"]:
-        cells = " | ".join(f"{row['median'][w]:,.1f}" for w in WORKLOADS)
-        lines.append(f"| {row['precision']} | {VARIANTS[row['variant']]} | {cells} |")
+        cells = " | ".join(f"{row['median'][w]:,.1f}" if w in row["median"] else "-" for w in WORKLOADS)
+        lines.append(f"| {row['precision']} | {VARIANTS.get(row['variant'], PEER)} | {cells} |")
     lines += ["", "![row buckets](bench/results/row-buckets-cpu.png)", ""]
     write_section("bench_row_buckets:cpu", lines)
 
@@ -137,7 +168,7 @@ def main() -> None:
         from bench_peer import converted_weights
 
         args.weights = converted_weights(args.peer)
-    report = run_all(args.weights, args.precision or ["fp32", "int8"], args.processes)
+    report = run_all(args.weights, args.precision or ["fp32", "int8"], args.processes, args.peer)
     RESULTS.mkdir(parents=True, exist_ok=True)
     from spacy_elmo.files import atomic_write_json
 

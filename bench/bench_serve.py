@@ -6,6 +6,12 @@ and the same request/response code on Ray Serve (what `serve` runs) and on LitSe
     python bench/bench_serve.py          # full-size weights: bench/out/peer-full-bilm (bench_peer.py converts them)
     pip install litserve                                      # for the LitServe rows (not a dependency)
     python bench/bench_serve.py --engines ray --seconds 20
+    python bench/bench_serve.py --peer /tmp/peer               # and AllenNLP's Elmo on the same sentences
+
+With the peer's folder (../shared/tools/peer-allennlp/setup.sh), the same run also times AllenNLP's
+`Elmo` (fp32, its own venv, the same weights) on the same lines, tokenized by spaCy: one line per
+call, as a hand-written endpoint around it runs each request, and batches of 32 lines, the most
+32 clients could be batched into. No ELMo server exists to compare the service itself with.
 
 Each cell is bounded: at most --requests requests or --seconds seconds, whichever comes first.
 Sentences: lines of shared/data/corpus/valid.txt (real text), each request one line. Writes
@@ -18,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -163,7 +170,8 @@ def measure_engine(engine: str, weights: str, batching: bool, texts: list, args)
     else:
         command = [sys.executable, __file__, "--litserve-server", weights, "--port", str(port)]
         command += ["--threads", str(args.threads)] + ([] if batching else ["--no-batching"])
-        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # its own process group: LitServe's workers are its children, and stop with it
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_until_up(f"http://127.0.0.1:{port}/health")
         warm = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, 2, 8, 60))  # loads and plans
@@ -180,8 +188,29 @@ def measure_engine(engine: str, weights: str, batching: bool, texts: list, args)
         if server is None:
             stop()
         else:
-            server.terminate()
+            os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=60)
+
+
+PEER_BATCHES = {"one line per call": 1, "batches of 32 lines": 32}
+
+
+def peer_speeds(peer: Path, texts: list, threads: int) -> dict:
+    """words/s of AllenNLP's ``Elmo`` on ``texts`` (spaCy's tokens), per batch size of ``PEER_BATCHES``."""
+    import tempfile
+
+    import spacy
+    from bench_peer import run_peer
+
+    tokenizer = spacy.blank("en").tokenizer
+    words = [[token.text for token in tokenizer(text) if not token.is_space] for text in texts]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "lines.json"
+        path.write_text(json.dumps(words))
+        return {
+            name: run_peer(peer, path, "plain", 3, threads, batch_size=size)["words_per_s"]
+            for name, size in PEER_BATCHES.items()
+        }
 
 
 def plot(report: dict, path: Path) -> None:
@@ -202,6 +231,8 @@ def plot(report: dict, path: Path) -> None:
                 [r["concurrency"] for r in rows], [r["words_per_s"] for r in rows], style, marker="o", label=label
             )
             right.plot([r["concurrency"] for r in rows], [r["p99_ms"] for r in rows], style, marker="o", label=label)
+    for (name, speed), style in zip(report.get("peer", {}).items(), (":", "-.")):
+        left.axhline(speed, color="#888888", linestyle=style, linewidth=1, label=f"AllenNLP Elmo, {name}")
     left.set(xlabel="concurrent clients", ylabel="words/s", xscale="log", title="throughput")
     right.set(xlabel="concurrent clients", ylabel="p99 latency (ms)", xscale="log", yscale="log", title="p99 latency")
     left.legend(fontsize=7)
@@ -217,7 +248,7 @@ def update_markdown(report: dict) -> None:
         "",
         f"Machine: {report['machine']}; {report['threads']} torch threads; full-size weights; each request one "
         "sentence of shared/data/corpus/valid.txt; each cell at most "
-        f"{report['max_requests']} requests or {report['seconds']} s. Command: `python bench/bench_serve.py`.",
+        f"{report['max_requests']} requests or {report['seconds']} s. Command: `{report['command']}`.",
         "",
         "| engine | batching | clients | requests | words/s | p50 ms | p99 ms | start (s) |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
@@ -227,6 +258,13 @@ def update_markdown(report: dict) -> None:
             f"| {r['engine']} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} | "
             f"{r['words_per_s']:,.0f} | {r['p50_ms']:,.0f} | {r['p99_ms']:,.0f} | {r['startup_s']} |"
         )
+    if report.get("peer"):
+        speeds = ", ".join(f"{name}: {speed:,.0f} words/s" for name, speed in report["peer"].items())
+        lines += [
+            "",
+            f"The peer in the same run, AllenNLP's `Elmo` (fp32, its own venv, the same weights and lines, spaCy's "
+            f"tokens, {report['threads']} threads, no HTTP): {speeds}.",
+        ]
     lines += ["", "![serve under load](bench/results/serve-cpu.png)", ""]
     write_section("bench_serve:cpu", lines)
 
@@ -238,6 +276,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--peer", type=Path, help="the peer's folder: AllenNLP's Elmo timed in the same run")
     parser.add_argument("--litserve-server", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--no-batching", action="store_true", help=argparse.SUPPRESS)
@@ -256,10 +295,12 @@ def main() -> None:
     report = {
         "machine": cpu_description(),
         "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(["python bench/bench_serve.py", *sys.argv[1:]]),
         "threads": args.threads,
         "max_requests": args.requests,
         "seconds": args.seconds,
         "rows": rows,
+        "peer": peer_speeds(args.peer, texts[:200], args.threads) if args.peer else {},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     atomic_write_json(RESULTS / "serve-cpu.json", report)
