@@ -7,6 +7,7 @@ and the same request/response code on Ray Serve (what `serve` runs) and on LitSe
     pip install litserve                                      # for the LitServe rows (not a dependency)
     python bench/bench_serve.py --engines ray --seconds 20
     python bench/bench_serve.py --peer /tmp/peer               # and AllenNLP's Elmo on the same sentences
+    python bench/bench_serve.py --device cuda --engines ray    # replicas on the GPU, and on the CPU in the same run
 
 With the peer's folder (../shared/tools/peer-allennlp/setup.sh), the same run also times AllenNLP's
 `Elmo` (fp32, its own venv, the same weights) on the same lines, tokenized by spaCy: one line per
@@ -15,7 +16,10 @@ call, as a hand-written endpoint around it runs each request, and batches of 32 
 
 Each cell is bounded: at most --requests requests or --seconds seconds, whichever comes first.
 Sentences: lines of shared/data/corpus/valid.txt (real text), each request one line. Writes
-bench/results/serve-cpu.json and .png and its section of BENCHMARKS.md.
+bench/results/serve-cpu.json and .png and its section of BENCHMARKS.md; with --device cuda, the
+same load against replicas on the GPU (`serve --device cuda`) and on the CPU, one after the other in
+the same run, in serve-cuda.json and .png and a section of its own. LitServe's rows need LitServe
+(left out, with a note, where it is not installed) and run on the CPU only.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ async def load(url: str, texts: list, concurrency: int, max_requests: int, secon
             sent += 1
             started = time.perf_counter()
             response = await http.post(url, json={"texts": [text]})
-            response.raise_for_status()
+            if response.status_code != 200:
+                raise SystemExit(f"{url} answered {response.status_code}: {response.text[:2000]}")
             latencies.append(time.perf_counter() - started)
             words += len(response.json()["docs"][0]["words"])
 
@@ -158,17 +163,18 @@ def run_litserve(weights: str, port: int, batching: bool, threads: int) -> None:
     )
 
 
-def measure_engine(engine: str, weights: str, batching: bool, texts: list, args) -> list:
+def measure_engine(engine: str, device: str, batching: bool, texts: list, args) -> list:
+    """The rows of one service (``engine`` with replicas on ``device``), one per client count; each
+    names the device the service's biLM reports in /metadata (Ray Serve's)."""
     port = free_port()
     started = time.perf_counter()
     if engine == "ray":
         from spacy_elmo.serving.service import ServeSettings, start, stop
 
-        settings = ServeSettings(source=weights, port=port, threads=args.threads, batching=batching)
-        start(settings)
+        start(ServeSettings(source=args.weights, port=port, threads=args.threads, batching=batching, device=device))
         server = None
     else:
-        command = [sys.executable, __file__, "--litserve-server", weights, "--port", str(port)]
+        command = [sys.executable, __file__, "--litserve-server", args.weights, "--port", str(port)]
         command += ["--threads", str(args.threads)] + ([] if batching else ["--no-batching"])
         # its own process group: LitServe's workers are its children, and stop with it
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -176,10 +182,11 @@ def measure_engine(engine: str, weights: str, batching: bool, texts: list, args)
         wait_until_up(f"http://127.0.0.1:{port}/health")
         warm = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, 2, 8, 60))  # loads and plans
         up = time.perf_counter() - started
+        bilm_device = served_device(f"http://127.0.0.1:{port}/metadata") if engine == "ray" else device
         rows = []
         for concurrency in CONCURRENCY:
             row = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, concurrency, args.requests, args.seconds))
-            row.update(engine=engine, batching=batching, startup_s=round(up, 1))
+            row.update(engine=engine, device=device, bilm_device=bilm_device, batching=batching, startup_s=round(up, 1))
             print(json.dumps(row), flush=True)
             rows.append(row)
         del warm
@@ -190,6 +197,13 @@ def measure_engine(engine: str, weights: str, batching: bool, texts: list, args)
         else:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=60)
+
+
+def served_device(url: str) -> str:
+    """Where the service's biLM runs, as its /metadata says ("cpu", "cuda:0")."""
+    import httpx
+
+    return httpx.get(url, timeout=30).json()["elmo"]["device"]
 
 
 PEER_BATCHES = {"one line per call": 1, "batches of 32 lines": 32}
@@ -220,42 +234,60 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for engine in sorted({r["engine"] for r in report["rows"]}):
-        for batching in (True, False):
-            rows = [r for r in report["rows"] if r["engine"] == engine and r["batching"] == batching]
-            if not rows:
-                continue
-            label = f"{engine}, {'batched' if batching else 'one request at a time'}"
-            style = "-" if batching else "--"
-            left.plot(
-                [r["concurrency"] for r in rows], [r["words_per_s"] for r in rows], style, marker="o", label=label
-            )
-            right.plot([r["concurrency"] for r in rows], [r["p99_ms"] for r in rows], style, marker="o", label=label)
+    services = dict.fromkeys((r["device"], r["engine"], r["batching"]) for r in report["rows"])
+    for device, engine, batching in services:
+        rows = [r for r in report["rows"] if (r["device"], r["engine"], r["batching"]) == (device, engine, batching)]
+        label = f"{engine}, {'batched' if batching else 'one request at a time'}"
+        label = f"{device}, {label}" if report["device"] != "cpu" else label
+        style = "-" if batching else "--"
+        clients = [r["concurrency"] for r in rows]
+        left.plot(clients, [r["words_per_s"] for r in rows], style, marker="o", label=label)
+        right.plot(clients, [r["p99_ms"] for r in rows], style, marker="o", label=label)
     for (name, speed), style in zip(report.get("peer", {}).items(), (":", "-.")):
         left.axhline(speed, color="#888888", linestyle=style, linewidth=1, label=f"AllenNLP Elmo, {name}")
     left.set(xlabel="concurrent clients", ylabel="words/s", xscale="log", title="throughput")
     right.set(xlabel="concurrent clients", ylabel="p99 latency (ms)", xscale="log", yscale="log", title="p99 latency")
     left.legend(fontsize=7)
-    fig.suptitle(f"serve, full-size ELMo, {report['machine']}", fontsize=8)
+    gpu = report.get("gpu")
+    fig.suptitle(f"serve, full-size ELMo, {gpu['gpu'] + ' and ' if gpu else ''}{report['machine']}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def update_markdown(report: dict) -> None:
-    lines = [
-        f"### `serve` under load: dynamic batching against one request at a time ({report['date']})",
+    """The run's section of BENCHMARKS.md: ``bench_serve:cpu``, or ``bench_serve:cuda`` (a device column)."""
+    on_gpu = report["device"] != "cpu"
+    bounds = (
+        f"full-size weights; each request one sentence of shared/data/corpus/valid.txt; each cell at most "
+        f"{report['max_requests']} requests or {report['seconds']} s. Command: `{report['command']}`."
+    )
+    if on_gpu:
+        gpu = report["gpu"]
+        lines = [
+            f"### `serve` on a GPU: replicas on the GPU against the CPU ({report['date']})",
+            "",
+            f"GPU: {gpu['gpu']}, driver {gpu['driver']}, torch {gpu['torch']}, CUDA {gpu['cuda']}; CPU: "
+            f"{report['machine']}; {report['threads']} torch threads; {bounds} device: where the replicas' biLM "
+            "ran, as their /metadata says (`serve --device cuda`: one GPU per replica, thinc's arrays in torch's "
+            "allocator).",
+        ]
+    else:
+        lines = [
+            f"### `serve` under load: dynamic batching against one request at a time ({report['date']})",
+            "",
+            f"Machine: {report['machine']}; {report['threads']} torch threads; {bounds}",
+        ]
+    head = "| device | engine | batching | clients |" if on_gpu else "| engine | batching | clients |"
+    lines += [
         "",
-        f"Machine: {report['machine']}; {report['threads']} torch threads; full-size weights; each request one "
-        "sentence of shared/data/corpus/valid.txt; each cell at most "
-        f"{report['max_requests']} requests or {report['seconds']} s. Command: `{report['command']}`.",
-        "",
-        "| engine | batching | clients | requests | words/s | p50 ms | p99 ms | start (s) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        head + " requests | words/s | p50 ms | p99 ms | start (s) |",
+        "|---" * on_gpu + "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["rows"]:
         lines.append(
-            f"| {r['engine']} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} | "
+            ("| " + r["bilm_device"] + " " if on_gpu else "")
+            + f"| {r['engine']} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} | "
             f"{r['words_per_s']:,.0f} | {r['p50_ms']:,.0f} | {r['p99_ms']:,.0f} | {r['startup_s']} |"
         )
     if report.get("peer"):
@@ -265,14 +297,43 @@ def update_markdown(report: dict) -> None:
             f"The peer in the same run, AllenNLP's `Elmo` (fp32, its own venv, the same weights and lines, spaCy's "
             f"tokens, {report['threads']} threads, no HTTP): {speeds}.",
         ]
-    lines += ["", "![serve under load](bench/results/serve-cpu.png)", ""]
-    write_section("bench_serve:cpu", lines)
+    lines += ["", f"![serve under load](bench/results/serve-{report['device']}.png)", ""]
+    write_section(f"bench_serve:{report['device']}", lines)
 
 
-def main() -> None:
+def services(args) -> list:
+    """(engine, device, batching) of each service to measure: with --device cuda the GPU's first,
+    then the CPU's; LitServe on the CPU only, and only where it is installed."""
+    if "litserve" in args.engines and ls is None:
+        print("LitServe is not installed (pip install litserve): its rows are left out", flush=True)
+    devices = ["cuda", "cpu"] if args.device == "cuda" else ["cpu"]
+    return [
+        (engine, device, batching == "on")
+        for device in devices
+        for engine in args.engines
+        if engine == "ray" or (device == "cpu" and ls is not None)
+        for batching in args.batching
+    ]
+
+
+def write_outputs(report: dict) -> None:
+    from spacy_elmo.files import atomic_write_json
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    name = f"serve-{report['device']}"
+    atomic_write_json(RESULTS / f"{name}.json", report)
+    plot(report, RESULTS / f"{name}.png")
+    update_markdown(report)
+
+
+def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", default=str(WEIGHTS))
     parser.add_argument("--engines", nargs="+", default=["ray", "litserve"], choices=["ray", "litserve"])
+    parser.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="cuda: replicas on the GPU, then the CPU"
+    )
+    parser.add_argument("--batching", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -280,32 +341,50 @@ def main() -> None:
     parser.add_argument("--litserve-server", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--no-batching", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.litserve_server:
-        run_litserve(args.litserve_server, args.port, not args.no_batching, args.threads)
-        return
-    texts = sentences(2000)
-    rows = []
-    for engine in args.engines:
-        for batching in (True, False):
-            rows += measure_engine(engine, args.weights, batching, texts, args)
-    from spacy_elmo.files import atomic_write_json
+    return parser.parse_args()
+
+
+def new_report(args) -> dict:
     from spacy_elmo.kernels.machine import cpu_description
 
     report = {
         "machine": cpu_description(),
+        "device": args.device,
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["python bench/bench_serve.py", *sys.argv[1:]]),
         "threads": args.threads,
         "max_requests": args.requests,
         "seconds": args.seconds,
-        "rows": rows,
-        "peer": peer_speeds(args.peer, texts[:200], args.threads) if args.peer else {},
+        "rows": [],
+        "peer": {},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS / "serve-cpu.json", report)
-    plot(report, RESULTS / "serve-cpu.png")
-    update_markdown(report)
+    if args.device == "cuda":
+        from bench_gpu import device_description
+
+        from spacy_elmo.serving.service import ServeSettings, check_gpus_here
+
+        try:
+            check_gpus_here(ServeSettings(source=args.weights, device="cuda"))
+        except ValueError as err:
+            raise SystemExit(f"bench_serve.py --device cuda: {err}") from None
+        report["gpu"] = device_description()
+    return report
+
+
+def main() -> None:
+    args = parse_arguments()
+    if args.litserve_server:
+        run_litserve(args.litserve_server, args.port, not args.no_batching, args.threads)
+        return
+    if not Path(args.weights).is_dir():
+        raise SystemExit(f"No weights at {args.weights}: give --weights, or convert the peer's (bench_peer.py).")
+    texts, report = sentences(2000), new_report(args)
+    for engine, device, batching in services(args):  # the outputs written after each: a run cut short keeps them
+        report["rows"] += measure_engine(engine, device, batching, texts, args)
+        write_outputs(report)
+    if args.peer:
+        report["peer"] = peer_speeds(args.peer, texts[:200], args.threads)
+        write_outputs(report)
 
 
 if __name__ == "__main__":

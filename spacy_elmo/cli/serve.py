@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import typer
 from wasabi import msg
 
@@ -25,33 +27,56 @@ def serve(
     batching: bool = typer.Option(True, help="--no-batching runs each request alone."),
     precision: str = typer.Option(None, help="fp32, bf16 or int8 (default: the pipeline's)."),
     ray_address: str = typer.Option(None, help="A Ray cluster to join (default: start Ray on this machine)."),
+    device: str = typer.Option("cpu", help="cpu, or cuda: each replica on a CUDA GPU of its own (Ray assigns them)."),
 ) -> None:
     """Serve ELMo over HTTP with dynamic batching: POST /embed (JSON texts or words in; vectors out),
     GET /metadata, /health, /ready. Each request gets exactly what the pipeline gives it alone.
 
     curl -s localhost:8000/embed -d '{"texts": ["The cat sat."]}'"""
+    settings = _checked_settings(
+        ray_address,
+        source=source,
+        lang=lang,
+        host=host,
+        port=port,
+        replicas=replicas,
+        threads=threads,
+        batching=batching,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        precision=precision,
+        device=device,
+    )
+    from ..serving.service import serve_until_interrupted, start
+
+    where = "a CUDA GPU per replica" if device == "cuda" else "the CPU"
+    msg.info(f"Serving {source} on {where}, http://{host}:{port} (POST /embed; GET /metadata, /health, /ready)")
+    try:
+        start(settings, ray_address)
+    except ValueError as err:  # a cluster without the GPUs asked for
+        msg.fail("Bad setting", str(err), exits=1)
+    msg.info("Ctrl-C stops")
+    serve_until_interrupted()
+
+
+def _checked_settings(ray_address: Optional[str], **options: Any) -> Any:
+    """The ``ServeSettings`` of the command's ``options``, checked before Ray starts (the serve extra
+    installed, every value in range, the GPUs of ``--device cuda`` on this machine unless a cluster
+    is joined); a message that says what to fix, and exit 1, otherwise."""
     try:
         import orjson  # noqa: F401  (the serve extra: checked before Ray starts)
         import ray.serve  # noqa: F401
 
         from ..kernels.precision import check_precision
-        from ..serving.service import ServeSettings, machine_threads, serve_forever
+        from ..serving.service import ServeSettings, check_gpus_here, machine_threads
 
-        settings = ServeSettings(
-            source=source,
-            lang=lang,
-            host=host,
-            port=port,
-            replicas=replicas,
-            batching=batching,
-            max_batch_tokens=max_batch_tokens,
-            max_wait_ms=max_wait_ms,
-            precision=precision and check_precision(precision),
-            threads=threads or machine_threads(),
-        )
+        options["precision"] = options["precision"] and check_precision(options["precision"])
+        options["threads"] = options["threads"] or machine_threads()
+        settings = ServeSettings(**options)
+        if ray_address is None:
+            check_gpus_here(settings)  # a cluster's GPUs are counted once joined (serving.service.start)
     except ImportError as err:
         msg.fail("serve needs Ray Serve and orjson", f'{err}; pip install "spacy-elmo[serve]"', exits=1)
     except ValueError as err:
         msg.fail("Bad setting", str(err), exits=1)
-    msg.info(f"Serving {source} on http://{host}:{port} (POST /embed; GET /metadata, /health, /ready); Ctrl-C stops")
-    serve_forever(settings, ray_address)
+    return settings

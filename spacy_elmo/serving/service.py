@@ -1,6 +1,6 @@
 """``python -m spacy_elmo serve``: the pipeline behind HTTP on Ray Serve, which gathers concurrent
 requests into one ``nlp.pipe`` batch (up to ``max_batch_tokens`` or ``max_wait_ms``) and scales to
-replicas on a cluster. Routes:
+replicas on a cluster, on the CPU or one CUDA GPU per replica. Routes:
 
     POST /embed      docs in, vectors out (``requests``, ``responses``)
     GET  /metadata   the pipeline's name and version, the biLM's sizes, the precision and kernels that run
@@ -25,6 +25,7 @@ from .requests import BadRequest, EmbedRequest, ServeLimits, check_body_size, pa
 from .responses import embed_requests
 
 APP_NAME = "spacy-elmo"
+DEVICES = ("cpu", "cuda")
 
 
 def machine_threads() -> int:
@@ -36,7 +37,8 @@ def machine_threads() -> int:
 class ServeSettings:
     """Everything ``serve`` decides, in one place. ``source``: a spaCy pipeline directory or package
     with an ``elmo`` component, or biLM weights (a directory, a published model's name, a URL), read by
-    blank(``lang``) + sentencizer + elmo. ``batching`` off runs each request alone."""
+    blank(``lang``) + sentencizer + elmo. ``batching`` off runs each request alone. ``device``: "cpu",
+    or "cuda" for one CUDA GPU per replica (Ray gives each replica its own)."""
 
     source: str
     lang: Optional[str] = None
@@ -48,6 +50,7 @@ class ServeSettings:
     max_batch_tokens: int = 4096
     max_wait_ms: float = 10.0
     precision: Optional[str] = None
+    device: str = "cpu"
     limits: ServeLimits = ServeLimits()
 
     def __post_init__(self) -> None:
@@ -56,17 +59,71 @@ class ServeSettings:
                 raise ValueError(f"serve: {name} must be a positive integer, got {getattr(self, name)!r}.")
         if not 0 <= self.max_wait_ms <= 10000:
             raise ValueError(f"serve: max_wait_ms must be between 0 and 10000, got {self.max_wait_ms!r}.")
+        if self.device not in DEVICES:
+            raise ValueError(
+                f"serve: device must be one of {DEVICES}, got {self.device!r}: --device cpu, or --device cuda "
+                "for one NVIDIA GPU per replica."
+            )
+
+    @property
+    def gpu_id(self) -> int:
+        """The GPU a replica runs on: 0, the first it sees, which is the one Ray gives it (Ray sets its
+        CUDA_VISIBLE_DEVICES); -1 for the CPU."""
+        return 0 if self.device == "cuda" else -1
+
+
+def check_gpus_here(settings: ServeSettings) -> None:
+    """Raise a ValueError that says what to do where ``settings`` ask for more CUDA GPUs (one per
+    replica) than torch sees on this machine; nothing for the CPU."""
+    if settings.device != "cuda":
+        return
+    import torch
+
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    if count >= settings.replicas:
+        return
+    fewer = f"give --replicas {count}, " if count else ""
+    raise ValueError(
+        f"--device cuda --replicas {settings.replicas} needs {settings.replicas} CUDA GPU(s), one per replica, and "
+        f"torch {torch.__version__} sees {count} on this machine (torch.cuda.is_available() is {available}). Run on "
+        f'a machine with NVIDIA GPUs and a torch built with CUDA (pip install "spacy-elmo[cuda12x]"), {fewer}or '
+        "serve on the CPU: --device cpu."
+    )
+
+
+def check_gpus_of_cluster(ray: Any, settings: ServeSettings) -> None:
+    """Raise a ValueError where the Ray cluster joined has fewer GPUs than ``settings`` ask for (one
+    per replica with ``--device cuda``): Ray would wait for them for ever."""
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    if settings.device == "cuda" and gpus < settings.replicas:
+        raise ValueError(
+            f"--device cuda --replicas {settings.replicas} needs {settings.replicas} GPU(s), one per replica, and "
+            f"the Ray cluster has {gpus}. Add GPU nodes to the cluster, "
+            f"{f'give --replicas {gpus}, ' if gpus else ''}or serve on the CPU: --device cpu."
+        )
 
 
 def load_served_pipeline(settings: ServeSettings) -> Any:
-    """The pipeline ``settings.source`` names, its elmo components set to keep every layer (as
-    ``embed`` loads it: ``corpus.worker.load_pipeline``)."""
+    """The pipeline ``settings.source`` names, its elmo components set to keep every layer, on
+    ``settings.device`` (as ``embed`` loads it: ``corpus.worker.load_pipeline``). On a GPU, thinc's
+    cupy arrays take their memory from torch's allocator (as ``spacy train`` sets it), so the biLM's
+    tensors and spaCy's arrays share one pool."""
     from ..corpus.settings import EmbedSettings
     from ..corpus.worker import load_pipeline
 
+    if settings.device == "cuda":
+        from thinc.api import set_gpu_allocator
+
+        from ..corpus.gpus import use_gpu
+
+        use_gpu(settings.gpu_id)  # spacy.require_gpu: thinc's ops are cupy's from here on
+        set_gpu_allocator("pytorch")  # after require_gpu: before it, thinc sees the CPU and sets nothing
     if _is_pipeline(settings.source):
-        return load_pipeline(EmbedSettings(pipeline=settings.source, precision=settings.precision))
-    return load_pipeline(EmbedSettings(weights=settings.source, lang=settings.lang, precision=settings.precision))
+        embed = EmbedSettings(pipeline=settings.source, precision=settings.precision)
+    else:
+        embed = EmbedSettings(weights=settings.source, lang=settings.lang, precision=settings.precision)
+    return load_pipeline(embed, settings.gpu_id)
 
 
 def _is_pipeline(source: str) -> bool:
@@ -94,6 +151,7 @@ def metadata(nlp: Any, settings: ServeSettings) -> Dict[str, Any]:
             "layers": bilm.config.n_output_layers,
             "width": bilm.config.output_dim,
             "precision": bilm.precision,
+            "device": str(bilm.device),
             "kernel": None if plan is None else plan.choice.kernel,
             "speed_x_fp32": None if plan is None else list(plan.speedup),  # one sentence, batch
         },
@@ -165,26 +223,52 @@ def json_response(body: Any, status: int = 200) -> Any:
     return Response(content=content, status_code=status, media_type="application/json")
 
 
-def application(settings: ServeSettings) -> Any:
-    """The Ray Serve application: ``settings.replicas`` replicas of ``ElmoService``."""
+def replica_options(settings: ServeSettings) -> Dict[str, Any]:
+    """What Ray reserves for one replica: no CPUs (its torch threads are ``settings.threads``; Ray's
+    count would cap them), and with ``--device cuda`` one GPU (Ray sets the replica's
+    CUDA_VISIBLE_DEVICES to it)."""
+    options: Dict[str, Any] = {"num_cpus": 0}
+    if settings.device == "cuda":
+        options["num_gpus"] = 1
+    return options
+
+
+def deployment(settings: ServeSettings) -> Any:
+    """The Ray Serve deployment: ``settings.replicas`` replicas of ``ElmoService`` (made without Ray
+    running)."""
     from ray import serve
 
-    replica = serve.deployment(
+    return serve.deployment(
         name="elmo",
         num_replicas=settings.replicas,
-        ray_actor_options={"num_cpus": 0},  # its torch threads are ``settings.threads``; Ray's count would cap them
+        ray_actor_options=replica_options(settings),
         max_ongoing_requests=1000,
     )(ElmoService)
-    return replica.bind(settings)
+
+
+def application(settings: ServeSettings) -> Any:
+    """The Ray Serve application: the deployment bound to ``settings``."""
+    return deployment(settings).bind(settings)
 
 
 def start(settings: ServeSettings, address: Optional[str] = None) -> None:
-    """Start Ray (or join ``address``) and the application; returns once it answers."""
+    """Start Ray (or join ``address``) and the application; returns once it answers. A ValueError
+    that says what to do where the GPUs asked for are not there: before Ray starts on this machine,
+    once joined on a cluster (Ray, if started here, stopped again)."""
     import ray
     from ray import serve
 
-    if not ray.is_initialized():
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address is None:
+            check_gpus_here(settings)
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        check_gpus_of_cluster(ray, settings)
+    except ValueError:
+        if started_here:
+            ray.shutdown()
+        raise
     serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config={"log_level": "WARNING"})
     serve.run(application(settings), name=APP_NAME, route_prefix="/", blocking=False)
 
@@ -198,7 +282,13 @@ def stop() -> None:
 
 
 def serve_forever(settings: ServeSettings, address: Optional[str] = None) -> None:
+    """``start``, then serve until Ctrl-C (``serve_until_interrupted``)."""
     start(settings, address)
+    serve_until_interrupted()
+
+
+def serve_until_interrupted() -> None:
+    """Sleep while the started application serves; on Ctrl-C, stop it and Ray."""
     try:
         while True:
             time.sleep(3600)
