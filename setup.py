@@ -48,6 +48,9 @@ setup(
             "pytest>=7",
             "h5py>=3.8",
             "hypothesis>=6",
+            # the GPU's kernels run in Triton's interpreter on a CPU (tests/test_triton_kernels.py patches
+            # 3.6's interpreter); on a GPU Triton comes with torch's Linux CUDA wheels
+            "triton==3.6.0; platform_system == 'Linux' and platform_machine == 'x86_64'",
             "ray[data,serve]>=2.60,<3",
             "orjson>=3.9",
             "httpx>=0.27",  # the tests' HTTP client

@@ -104,17 +104,17 @@ def device_description() -> dict:
     }
 
 
-def run_all(peer: Path, workloads: list, configurations: list = CONFIGURATIONS) -> None:
+def run_all(peer: Path, workloads: list, configurations: list = CONFIGURATIONS, repeats: int = REPEATS) -> None:
     """Measure every workload and configuration, writing the outputs after each row (a run cut
     short keeps what it measured)."""
     weights = converted_weights(peer)
     OUT.mkdir(parents=True, exist_ok=True)
-    report: dict = {"device": device_description(), "date": time.strftime("%Y-%m-%d"), "rows": []}
+    report: dict = {"device": device_description(), "date": time.strftime("%Y-%m-%d"), "repeats": repeats, "rows": []}
     for workload in workloads:
         sentences_file = OUT / f"gpu-{workload.split()[0].replace(',', '')}.json"
         sentences_file.write_text(json.dumps(workload_sentences(workload)))
         try:
-            theirs = run_peer(peer, sentences_file, "plain", REPEATS, threads=1, device="cuda")
+            theirs = run_peer(peer, sentences_file, "plain", repeats, threads=1, device="cuda")
         except SystemExit as failure:
             theirs = {"failed": str(failure)[-3000:]}
         for precision, batch_tokens in configurations:
@@ -123,7 +123,7 @@ def run_all(peer: Path, workloads: list, configurations: list = CONFIGURATIONS) 
                 "sentences": str(sentences_file),
                 "precision": precision,
                 "max_batch_tokens": batch_tokens,
-                "repeats": REPEATS,
+                "repeats": repeats,
             }
             mine = run_ours(spec)
             row = {"workload": workload, "precision": precision, "max_batch_tokens": batch_tokens}
@@ -193,7 +193,8 @@ def update_markdown(report: dict) -> None:
         "../shared/tools/peer-allennlp, converted for ours; ours is the `elmo` component through `nlp.pipe` after "
         "`spacy.require_gpu()`, token cache off, each layer copied back to the host; the peer `Elmo` (fp32) in "
         "batches of 64 on the same GPU. budget: the component's `max_batch_tokens` (4096 is the default). words/s: "
-        f"median of {REPEATS} runs after a warm-up, each configuration in its own process. Peak GPU memory: torch's "
+        f"median of {report.get('repeats', REPEATS)} runs after a warm-up, each configuration in its own process. "
+        "Peak GPU memory: torch's "
         "allocator. Batch-invariant: of the workload's first sentences, how many get bitwise the same layers "
         f"alone as inside it. Rows measured {measured}; a row's two sides ran in the same run. Command: "
         "`python bench/bench_gpu.py PEER_DIR`.",
@@ -224,6 +225,10 @@ def main() -> None:
     parser.add_argument("peer", nargs="?", help="the folder setup.sh built (venv/ and full/)")
     parser.add_argument("--workloads", nargs="+", default=["1", "64", "1000"], help="sentence counts: 1, 64, 1000")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16", "int8"], help="of: fp32, bf16, int8")
+    parser.add_argument(
+        "--configurations", nargs="+", help="PRECISION:BUDGET pairs of CONFIGURATIONS to run (default: all)"
+    )
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed runs after the warm-up")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -240,7 +245,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"Unknown workloads {unknown}; choose sentence counts from {list(by_count)}.")
     configurations = [c for c in CONFIGURATIONS if c[0] in args.precisions]
-    run_all(Path(args.peer), [by_count[w] for w in by_count if w in args.workloads], configurations)
+    if args.configurations:
+        configurations = [c for c in configurations if f"{c[0]}:{c[1]}" in args.configurations]
+    run_all(Path(args.peer), [by_count[w] for w in by_count if w in args.workloads], configurations, args.repeats)
     print("Wrote BENCHMARKS.md and bench/results/gpu.json/.png")
 
 

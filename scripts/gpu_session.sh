@@ -6,7 +6,11 @@
 #
 # Stages (each with its own time limit; a failed stage does not stop the next):
 #   env          nvidia-smi, versions, `python -m spacy_elmo info --machine`
+#   gpu-tests    tests/test_gpu.py alone (the Triton kernels, CUDA graphs, batch invariance, parity on CUDA)
 #   tests        the GPU tests, parity, int8 on CUDA, and pretraining's tests (which run on the GPU there)
+#   profile      bench/profile_gpu.py: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
+#   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a change)
+#   tiles        bench/bench_triton_tiles.py: the Triton kernels' tiles and the device's ceilings
 #   component    bench/bench_gpu.py: the component through nlp.pipe in fp32/bf16/int8 against AllenNLP
 #   train-speed  bench/bench_train_speed.py: pretraining tokens/s per preset, bf16 and torch.compile on/off
 #   spacy-train  `spacy train --gpu-id 0` of the UPOS +ELMo config for a few hundred steps
@@ -84,14 +88,35 @@ run_ray() {
   python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from bench_embed import same_outputs; print('same output:', same_outputs([Path('$WORK/embed-gpu'), Path('$WORK/embed-ray')]))"
 }
 
-export -f full_size_pipeline run_env run_tests run_spacy_train run_ray
+run_profile() {  # run_profile LABEL [PACKAGE_DIR]: the package on PYTHONPATH ahead of the checkout
+  PYTHONPATH="$WORK/site:${2:+$2:}$PWD" python3 bench/profile_gpu.py "$PEER" --label "$1" \
+    --precisions ${PROFILE_PRECISIONS:-fp32 bf16} --workloads ${PROFILE_WORKLOADS:-1 64 1000}
+}
+
+run_serve() {  # the service on the GPU against the same on the CPU (bench/bench_serve.py --device cuda)
+  python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_peer import converted_weights; from pathlib import Path; converted_weights(Path('$PEER'))" &&
+    python3 bench/bench_serve.py --device cuda --engines ray --seconds "${SERVE_CELL_SECONDS:-10}" --requests 400 \
+      ${SERVE_BATCHING:+--batching $SERVE_BATCHING} ||
+    { # a replica's traceback is in Ray's logs, not in the driver's output
+      tar -czf "$OUT/ray-serve-logs.tgz" -C /tmp/ray/session_latest/logs . 2> /dev/null
+      return 1
+    }
+}
+
+export -f full_size_pipeline run_env run_tests run_spacy_train run_ray run_profile run_serve
 export PEER PIPELINE WORK
 for name in "$@"; do
   case $name in
     env) stage env 60 run_env ;;
+    gpu-tests) stage gpu-tests "${TESTS_SECONDS:-200}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py ;;
     tests) stage tests "${TESTS_SECONDS:-200}" run_tests ;;
+    profile) stage profile "${PROFILE_SECONDS:-150}" run_profile after ;;
+    profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile before "$PWD/.gpu-before" ;;
+    tiles) stage tiles "${TILES_SECONDS:-150}" python3 bench/bench_triton_tiles.py ;;
+    serve) stage serve "${SERVE_SECONDS:-420}" run_serve ;;
     component) stage component "${COMPONENT_SECONDS:-200}" python3 bench/bench_gpu.py "$PEER" ${GPU_WORKLOADS:+--workloads $GPU_WORKLOADS} \
-      ${GPU_PRECISIONS:+--precisions $GPU_PRECISIONS} ;;
+      ${GPU_PRECISIONS:+--precisions $GPU_PRECISIONS} ${GPU_CONFIGURATIONS:+--configurations $GPU_CONFIGURATIONS} \
+      ${GPU_REPEATS:+--repeats $GPU_REPEATS} ;;
     train-speed) stage train-speed "${TRAIN_SPEED_SECONDS:-200}" python3 bench/bench_train_speed.py --device cuda \
       --corpus .gpu/corpus/corpus --vocab .gpu/corpus/vocab.txt --steps "${TRAIN_SPEED_STEPS:-20}" \
       ${TRAIN_SPEED_PRESETS:+--presets $TRAIN_SPEED_PRESETS} ${TRAIN_SPEED_VARIANTS:+--variants $TRAIN_SPEED_VARIANTS} ;;
@@ -101,3 +126,4 @@ for name in "$@"; do
   esac
 done
 tar -czf "$OUT/results.tgz" bench/results BENCHMARKS.md 2> /dev/null
+ls "$OUT"

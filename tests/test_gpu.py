@@ -6,6 +6,7 @@ import torch
 from conftest import make_nlp, random_bilm
 
 from spacy_elmo import embed_sentences
+from spacy_elmo.network.gpu_graphs import CallGraphs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -43,7 +44,84 @@ def test_gpu_matches_cpu(tiny_weights):
         gpu_layers = make_nlp(tiny_weights)(TEXT)._.elmo_data
     finally:
         spacy.require_cpu()
-    np.testing.assert_allclose(gpu_layers, cpu_layers, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(gpu_layers, cpu_layers, rtol=0, atol=1e-5)
+
+
+def _corpus_sentences(count):
+    """``count`` sentences of real text (the corpus's held-out lines, split on spaces), lengths
+    as they come: 1 to over 100 tokens."""
+    from conftest import SHARED
+
+    lines = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
+    return [line.split()[:150] for line in lines if line.strip()][:count]
+
+
+def test_the_triton_kernels_run_on_cuda_in_fp32_and_bf16():
+    bilm = random_bilm().cuda()
+    for precision in ("fp32", "bf16"):
+        bilm.precision = precision
+        assert bilm.blocking_for_run().gpu.precision == precision
+    bilm.precision = "int8"
+    assert bilm.blocking_for_run().gpu is None  # int8 runs torch._int_mm on fixed shapes
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_sentence_gets_its_bits_alone_and_inside_64_and_1000(precision):
+    """No padding to fixed shapes: the kernels' rows do not depend on how many rows a call has,
+    for one sentence, 64 and 1,000 (which run at their own lane counts and token counts)."""
+    torch.manual_seed(0)
+    bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
+    bilm.precision = precision
+    bilm.token_cache.capacity = 0
+    sentences = _corpus_sentences(1000)
+    alone = [embed_sentences(bilm, [sentence])[0] for sentence in sentences[:6]]
+    for count, budget in ((64, 4096), (1000, 32768)):
+        together = embed_sentences(bilm, sentences[:count], max_batch_tokens=budget)
+        for index, layers in enumerate(alone):
+            assert np.array_equal(together[index], layers), (count, index)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_graph_replays_the_bits_of_the_kernels_launched_one_by_one(precision):
+    torch.manual_seed(0)
+    bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
+    bilm.precision = precision
+    bilm.token_cache.capacity = 0
+    sentences = _corpus_sentences(40)[:5] + [["a"], SENTENCES[1]]
+    launched = {}
+    for graphs in (False, True):
+        bilm.cuda_graphs = CallGraphs() if graphs else None
+        launched[graphs] = [embed_sentences(bilm, [s])[0] for s in sentences for _ in range(2)]
+    assert bilm.cuda_graphs.failed is None and len(bilm.cuda_graphs) > 0, "small calls replay graphs"
+    for eager, replayed in zip(launched[False], launched[True]):
+        assert np.array_equal(eager, replayed)
+
+
+def test_gpu_matches_cpu_within_1e_5_on_real_text_in_fp32():
+    """The original model's sizes and clipping (smaller widths): the GPU's IEEE fp32 kernels sum in
+    another order than the CPU's, and stay within 1e-5 of its layers over whole sentences."""
+    torch.manual_seed(0)
+    bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0)
+    sentences = _corpus_sentences(64)
+    on_cpu = embed_sentences(bilm, sentences)
+    on_gpu = embed_sentences(bilm.cuda(), sentences)
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(on_cpu, on_gpu))
+    assert worst < 1e-5, worst
+
+
+def test_stateful_calls_on_gpu_carry_the_state_as_on_cpu():
+    from spacy_elmo.network.sentences import reset_state
+
+    torch.manual_seed(0)
+    bilm = random_bilm(cell_clip=3.0, proj_clip=3.0)
+    calls = [SENTENCES[:2], [["and", "then"], ["more", "words", "here"], ["x"]]]
+    on_cpu = [embed_sentences(bilm, call, stateful=True) for call in calls]
+    reset_state(bilm)
+    bilm.cuda()
+    on_gpu = [embed_sentences(bilm, call, stateful=True) for call in calls]
+    for cpu_call, gpu_call in zip(on_cpu, on_gpu):
+        for a, b in zip(cpu_call, gpu_call):
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("path", ["step", "fused"])

@@ -18,7 +18,7 @@ matmuls (``quantized``) sum integers exactly, so they need no fixed shapes eithe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -26,6 +26,9 @@ from torch import Tensor
 from . import onednn, quantized
 from .onednn import K_BLOCK, holds_at_thread_counts, probed_thread_counts
 from .precision import check_precision, operand
+
+if TYPE_CHECKING:
+    from .triton_ops import TritonOps
 
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
@@ -50,6 +53,8 @@ class Blocking:
     precision: "fp32" (exact), "bf16" or "int8" (see ``precision``).
     int8_kernel: in int8, the kernel that sums (a name of ``quantized.INT8_KERNELS``), as the
         model's plan chose it at load (``kernels.plan``); None: ``quantized.int8_kernel``'s.
+    gpu: on a CUDA GPU in fp32 or bf16, the Triton kernels that run everything instead, at each
+        call's own sizes (``triton_ops``; the fixed shapes above are then unused); None elsewhere.
     """
 
     gemm_rows: int = 256
@@ -61,6 +66,7 @@ class Blocking:
     fused_steps: int = 8
     precision: str = "fp32"
     int8_kernel: Optional[str] = None
+    gpu: Optional["TritonOps"] = None
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -78,7 +84,7 @@ class Blocking:
 
     @classmethod
     def for_device(cls, device: torch.device) -> "Blocking":
-        if device.type == "cuda":
+        if device.type == "cuda":  # int8 and the fused cuDNN path; fp32 and bf16 run ``gpu``
             return cls(
                 gemm_rows=8192,
                 token_block=4096,

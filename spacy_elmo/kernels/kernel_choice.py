@@ -29,7 +29,7 @@ from typing import Optional, Set, Tuple
 
 import torch
 
-from . import machine, onednn, quantized
+from . import machine, onednn, quantized, triton_ops
 from .precision import check_precision
 
 BF16_FEATURES = ("amx_bf16", "avx512_bf16")
@@ -110,6 +110,8 @@ def _choose(precision: str, device_type: str, features: Optional[frozenset]) -> 
 
 
 def _fp32(device_type: str, features: Optional[frozenset]) -> KernelChoice:
+    if device_type == "cuda" and triton_ops.triton_available():
+        return KernelChoice("fp32", "fp32", "Triton fp32 (IEEE, fixed tiles)", "exact; the default")
     if device_type != "cpu":
         return KernelChoice("fp32", "fp32", f"torch on {device_type} (fixed shapes)", "exact; the default")
     vector = tuple(name for name in ("avx512f", "avx2") if name in (features or ()))[:1]
@@ -128,6 +130,10 @@ def _fp32(device_type: str, features: Optional[frozenset]) -> KernelChoice:
 
 def _bf16(device_type: str, features: Optional[frozenset]) -> KernelChoice:
     if device_type == "cuda":
+        if torch.cuda.is_bf16_supported() and triton_ops.triton_available():
+            return KernelChoice(
+                "bf16", "bf16", "Triton bf16 (tensor cores, fp32 sums)", "this GPU computes in bfloat16"
+            )
         if torch.cuda.is_bf16_supported():
             return KernelChoice("bf16", "bf16", "cuBLAS bf16 (tensor cores)", "this GPU computes in bfloat16")
         return _fallback("bf16", "this GPU has no bfloat16 arithmetic (compute capability 8.0 or later has).")

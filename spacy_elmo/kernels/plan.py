@@ -22,7 +22,9 @@ So when a model is loaded in a precision (``plan_for``):
    candidate runs, and a precision whose fastest is not faster than fp32 runs exact fp32, with one
    warning that gives the measured ratios.
 
-With ``SPACY_ELMO_KERNEL_PLAN=features`` nothing is timed: each precision runs the first exact
+On a CUDA GPU nothing is timed: fp32 and bf16 run the Triton kernels of ``triton_ops`` (one tile
+configuration each), int8 ``torch._int_mm``. With ``SPACY_ELMO_KERNEL_PLAN=features`` nothing is
+timed on a CPU either: each precision runs the first exact
 kernel its CPU features suggest, as decided before plans measured (reproducible runs and tests
 that must exercise a precision whatever its speed here; the tests set it).
 
@@ -55,7 +57,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from ..files import atomic_write_json, cache_dir
-from . import kernel_choice, machine, quantized
+from . import kernel_choice, machine, quantized, triton_ops
 from .batch_invariant import Blocking, linear_rows, step_matmul, step_rows
 from .kernel_choice import KernelChoice
 
@@ -127,7 +129,8 @@ class KernelPlan:
 
     def blocking(self, base: Blocking) -> Blocking:
         """``base`` set to run this plan."""
-        return dataclasses.replace(base, precision=self.runs, int8_kernel=self.int8_kernel)
+        gpu = base.gpu or triton_ops.for_device(torch.device(self.device), self.runs)
+        return dataclasses.replace(base, precision=self.runs, int8_kernel=self.int8_kernel, gpu=gpu)
 
 
 @dataclass(frozen=True)
@@ -174,8 +177,10 @@ def estimates(shapes: ModelShapes, ms: Dict[str, float]) -> Estimates:
 def plan_for(shapes: ModelShapes, precision: str, device: torch.device) -> KernelPlan:
     """The plan for a model of ``shapes`` in ``precision`` on ``device``: from this process's
     memory, else the cache, else measured (and cached). Warns once where it falls back."""
-    if _policy() == "features":
-        return _by_features(precision, device)
+    if _policy() == "features" or device.type == "cuda":  # a GPU's kernels follow from the precision
+        chosen = _by_features(precision, device)
+        kernel_choice.warn_once(chosen.choice, stacklevel=4)
+        return chosen
     key = plan_key(shapes, precision, device)
     with _LOCK:
         plan = _PLANS.get(str(key["digest"]))

@@ -22,14 +22,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import kernel_choice
+from ..kernels import kernel_choice, triton_ops
 from ..kernels.batch_invariant import Blocking
 from ..kernels.cuda_math import ieee_fp32
 from ..kernels.plan import KernelPlan, plan_for
 from ..kernels.precision import check_precision
+from ..kernels.triton_ops import TritonOps
+from . import gpu_stacks
 from .char_encoder import CharEncoder
 from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
+from .gpu_graphs import CallGraphs
 from .lstm_layer import LstmLayer
 from .lstm_paths import layer_runner
 from .recurrence import LayerState, LstmState
@@ -70,6 +73,8 @@ class BiLM(nn.Module):
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
+        cuda_graphs: the CUDA graphs that small calls on a GPU replay (``gpu_graphs``); None
+            launches every kernel (the same results).
     """
 
     def __init__(self, config: BiLMConfig, indexer: Optional[TokenIndexer] = None) -> None:
@@ -89,6 +94,7 @@ class BiLM(nn.Module):
         self.carried_state: Optional[LstmState] = None
         self._precision = "fp32"
         self.kernel_plan: Optional[KernelPlan] = None
+        self.cuda_graphs: Optional[CallGraphs] = CallGraphs()
 
     @property
     def device(self) -> torch.device:
@@ -133,7 +139,8 @@ class BiLM(nn.Module):
     def blocking_for_run(self) -> Blocking:
         blocking = self.blocking or Blocking.for_device(self.device)
         if self.kernel_plan is None:
-            return dataclasses.replace(blocking, precision=self._precision)
+            gpu = blocking.gpu or triton_ops.for_device(self.device, self._precision)
+            return dataclasses.replace(blocking, precision=self._precision, gpu=gpu)
         return self.kernel_plan.blocking(blocking)
 
     def _run_kernels_once(self) -> None:
@@ -201,9 +208,12 @@ class BiLM(nn.Module):
         self, tokens: Tensor, lengths: Sequence[int], initial_state: Optional[LstmState], path: Optional[str]
     ) -> Tuple[Tensor, Optional[LstmState]]:
         """``contextualize`` (see there) under the math settings it chose."""
+        blocking = self.blocking_for_run()
+        if blocking.gpu is not None and not torch.is_grad_enabled() and (path or self.lstm_path) != "fused":
+            return self._run_on_gpu(blocking.gpu, tokens, lengths, initial_state)
         run = layer_runner(
             self.config,
-            self.blocking_for_run(),
+            blocking,
             list(lengths),
             path or self.lstm_path,
             initial_state is not None,
@@ -227,6 +237,23 @@ class BiLM(nn.Module):
         complete = cast("Dict[Tuple[str, int], LayerState]", finals)
         final_state = LstmState.from_layers(complete, self.config.n_layers) if initial_state is not None else None
         return torch.stack(layers), final_state
+
+    def _run_on_gpu(
+        self, ops: TritonOps, tokens: Tensor, lengths: Sequence[int], initial_state: Optional[LstmState]
+    ) -> Tuple[Tensor, Optional[LstmState]]:
+        """``contextualize`` through the Triton kernels: small stateless calls replay a CUDA graph
+        (``cuda_graphs``), the others launch the kernels one by one; the same bits either way."""
+        forward, backward = (
+            cast("Sequence[LstmLayer]", stack) for stack in (self.forward_layers, self.backward_layers)
+        )
+        stacks = gpu_stacks.Stacks.of(ops, forward, backward, self.config.residual)
+        graphs = self.cuda_graphs
+        if initial_state is None and graphs is not None and graphs.takes(tokens, lengths):
+            replayed = graphs.run(ops, stacks, tokens, lengths)
+            if replayed is not None:
+                return replayed, None
+        schedule = gpu_stacks.Schedule.build(lengths)
+        return gpu_stacks.run_stacks(ops, stacks, tokens, schedule.tables(schedule.on(tokens.device)), initial_state)
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""

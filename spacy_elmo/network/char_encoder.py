@@ -7,7 +7,7 @@ Two paths: a differentiable one for pretraining, and a batch-invariant one for i
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Protocol, Tuple, cast
+from typing import TYPE_CHECKING, Iterable, List, Optional, Protocol, Tuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,9 @@ from torch import Tensor, nn
 from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
 from .chars import CHAR_PAD
 from .config import BiLMConfig
+
+if TYPE_CHECKING:
+    from ..kernels.triton_ops import TritonOps
 
 
 class _Conv1d(Protocol):
@@ -100,6 +103,8 @@ class CharEncoder(nn.Module):
         the last padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
         functions). char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
+        if blocking.gpu is not None:
+            return self._forward_gpu(char_ids, word_ids, blocking.gpu)
         any_rows = rows_any_count(char_ids.device, blocking.precision)
         block = blocking.token_block_any_rows if any_rows else blocking.token_block
         pad_to = 32 if any_rows else block
@@ -116,6 +121,26 @@ class CharEncoder(nn.Module):
             encoded = self._encode_block(ids, words, pad_windows, blocking)
             out[start : start + block] = encoded[: n_tokens - start]
         return out
+
+    def _forward_gpu(self, char_ids: Tensor, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
+        """``forward_invariant`` through the Triton kernels, every token in one call at its own
+        size (a token's rows do not depend on the others'). char_ids (N, C) -> (N, P)."""
+        ids, trimmed = self._trim(char_ids)
+        convs = list(self._conv_layers())
+        weights, widths = ops.conv_weights([conv.weight for conv in convs])
+        best = ops.conv_max(self.embedding(ids), weights, widths)
+        if trimmed:  # the windows of padding alone, cut off with the trimmed characters
+            pads = self.embedding.weight[self.pad_id].expand(1, int(widths.max()), -1)
+            best = torch.maximum(best, ops.conv_max(pads, weights, widths))
+        best += torch.cat([conv.bias for conv in convs])
+        x = best.relu_() if self.config.activation == "relu" else best.tanh_()
+        for highway in self._highway_layers():
+            gate = ops.linear(x, highway.gate.weight, highway.gate.bias).sigmoid_()
+            x = gate * ops.linear(x, highway.transform.weight, highway.transform.bias).relu_() + (1 - gate) * x
+        if word_ids is not None:
+            assert self.word_embedding is not None  # forward_invariant's _check_word_ids
+            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
+        return ops.linear(x, self.projection.weight, self.projection.bias)
 
     def _encode_block(
         self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], blocking: Blocking

@@ -4,7 +4,7 @@ by length into batches under a token budget; the layers placed back at their tok
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from spacy.tokens import Doc, Token
@@ -31,9 +31,16 @@ def doc_layers(
     ``shape`` = (L+1, 2P): one float32 array (L+1, len(doc), 2P) per doc, zeros at whitespace tokens.
     The biLM reads ``token_string(token)`` of each token (its text, or its lemma: ``token_input``)."""
     n_layers, width = shape
-    outputs = [np.zeros((n_layers, len(doc), width), dtype=np.float32) for doc in docs]
     segments = [
         segment for position, doc in enumerate(docs) for segment in doc_segments(position, doc, max_sentence_length)
+    ]
+    covered = np.zeros(len(docs), dtype=np.int64)
+    for position, indices in segments:
+        covered[position] += len(indices)
+    # every token gets its layers written unless it is whitespace (zeros): no zero fill without any
+    outputs = [
+        (np.empty if covered[i] == len(doc) else np.zeros)((n_layers, len(doc), width), dtype=np.float32)
+        for i, doc in enumerate(docs)
     ]
     words = [tuple(token_string(docs[position][int(i)]) for i in indices) for position, indices in segments]
     missing = []
@@ -43,12 +50,32 @@ def doc_layers(
             missing.append(index)
         else:
             _place(outputs, segments[index], cached)
+    # On a GPU the batch's kernels run while the host places the previous batch's layers (two batches
+    # in pinned memory at a time); on a CPU the same order, one after the other.
+    finished: Optional[Tuple[List[int], List[np.ndarray]]] = None
     for batch in batches_by_length([words[i] for i in missing], max_batch_tokens):
-        layers = _to_host(model, model.predict([list(words[missing[i]]) for i in batch]))
-        for i, sentence_layers in zip(batch, layers):
-            cache.put(words[missing[i]], sentence_layers)
-            _place(outputs, segments[missing[i]], sentence_layers)
+        sentences = [missing[i] for i in batch]
+        on_device = model.predict([list(words[i]) for i in sentences])
+        if finished is not None:
+            _store(outputs, cache, words, segments, *finished)
+        finished = (sentences, _to_host(model, on_device))
+    if finished is not None:
+        _store(outputs, cache, words, segments, *finished)
     return outputs
+
+
+def _store(
+    outputs: List[np.ndarray],
+    cache: SentenceCache,
+    words: List[tuple],
+    segments: List[Segment],
+    sentences: List[int],
+    layers: List[np.ndarray],
+) -> None:
+    """A batch's layers (one array per sentence of ``sentences``) into the cache and the docs."""
+    for index, sentence_layers in zip(sentences, layers):
+        cache.put(words[index], sentence_layers)
+        _place(outputs, segments[index], sentence_layers)
 
 
 def doc_segments(position: int, doc: Doc, longest: int) -> List[Segment]:
@@ -65,12 +92,24 @@ def doc_segments(position: int, doc: Doc, longest: int) -> List[Segment]:
 
 def _place(outputs: List[np.ndarray], segment: Segment, layers: np.ndarray) -> None:
     position, indices = segment
-    outputs[position][:, indices] = layers
+    if len(indices) and indices[-1] - indices[0] + 1 == len(indices):  # a run of tokens: one copy
+        outputs[position][:, indices[0] : indices[-1] + 1] = layers
+    else:
+        outputs[position][:, indices] = layers
 
 
 def _to_host(model: Model, layers: List[Any]) -> List[np.ndarray]:
-    """Per-sentence arrays as numpy, with one device-to-host copy for the whole batch."""
+    """Per-sentence arrays as numpy, with one device-to-host copy for the whole batch, into pinned
+    (page-locked) memory from a GPU: measured on an H100, 18 MB took 8 ms from pageable memory.
+    The arrays are views of that copy; the caller copies them out (``_place``, the cache)."""
     if isinstance(model.ops, NumpyOps) or not layers:
         return layers
-    host = model.ops.to_numpy(model.ops.xp.concatenate(layers, axis=1))
+    xp = model.ops.xp
+    device = xp.concatenate(layers, axis=1)
+    if hasattr(device, "get"):  # a cupy array: copied into cupy's pool of pinned host memory
+        import cupyx
+
+        host = device.get(out=cupyx.empty_pinned(device.shape, dtype=device.dtype))
+    else:
+        host = model.ops.to_numpy(device)
     return np.split(host, np.cumsum([part.shape[1] for part in layers])[:-1], axis=1)

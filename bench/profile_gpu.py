@@ -1,0 +1,149 @@
+"""Where a call's time goes on a CUDA GPU: torch.profiler over the elmo component through
+`nlp.pipe`, the host's share against the GPU's.
+
+    python bench/profile_gpu.py PEER_DIR --label after [--precisions fp32 bf16] [--workloads 1 64 1000]
+
+For each workload (1, 64 or 1,000 sentences, as bench_gpu.py) and precision: one warm-up pass,
+then one profiled pass. Reports the pass's wall time, the GPU's busy time (the sum of its kernels'
+and copies' durations: one stream, so they do not overlap), the host's share (the wall time the GPU
+spent idle, waiting for the host), kernel launches, host-device synchronizations, and the top
+operators by GPU time and by host time. Writes bench/results/profile-gpu-LABEL.json and prints a
+table. Uses only the public API, so it profiles any version of the package on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench_peer import converted_weights, workload_sentences
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+OUT = ROOT / "bench" / "out"
+TOP = 12
+
+
+def profile(weights: Path, sentences: list, precision: str, max_batch_tokens: int) -> dict:
+    import spacy
+    import torch
+    from spacy.tokens import Doc
+    from thinc.api import set_gpu_allocator
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    set_gpu_allocator("pytorch")
+    spacy.require_gpu()
+    nlp = spacy.blank("en")
+    config = {"weights": str(weights), "set_vector_hooks": False, "precision": precision}
+    nlp.add_pipe("elmo", config={**config, "max_batch_tokens": max_batch_tokens})
+    nlp.initialize()
+    nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
+
+    def one_pass() -> float:
+        docs = [Doc(nlp.vocab, words=s) for s in sentences]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in nlp.pipe(docs, batch_size=1000):
+            pass
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    one_pass()
+    unprofiled = min(one_pass() for _ in range(3))
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        wall = one_pass()
+    return {"unprofiled_s": unprofiled, "profiled_s": wall, **summarize(prof, wall)}
+
+
+def summarize(prof, wall: float) -> dict:
+    """GPU busy time, launches, syncs and the top operators from a finished profile."""
+    events = prof.key_averages()
+
+    def device_us(event) -> float:
+        return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)))
+
+    gpu = [e for e in events if "cuda" in str(getattr(e, "device_type", "")).lower() and device_us(e) > 0]
+    busy = sum(device_us(e) for e in gpu) / 1e6
+    host = {e.key: e for e in events}
+    launches = sum(
+        e.count for name, e in host.items() if name in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
+    )
+    syncs = sum(e.count for name, e in host.items() if "Synchronize" in name)
+    copies = sum(e.count for name, e in host.items() if name.startswith("cudaMemcpy"))
+    by_gpu = sorted(gpu, key=device_us, reverse=True)[:TOP]
+    by_host = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:TOP]
+    return {
+        "gpu_busy_s": busy,
+        "host_share": max(0.0, 1 - busy / wall),
+        "kernel_launches": launches,
+        "syncs": syncs,
+        "memcpy_calls": copies,
+        "graph_launches": sum(e.count for name, e in host.items() if "GraphLaunch" in name),
+        "top_gpu": [{"name": e.key[:90], "count": e.count, "ms": device_us(e) / 1e3} for e in by_gpu],
+        "top_host": [{"name": e.key[:90], "count": e.count, "ms": e.self_cpu_time_total / 1e3} for e in by_host],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("peer", type=Path, help="what ../shared/tools/peer-allennlp/setup.sh built (its weights)")
+    parser.add_argument("--label", default="after")
+    parser.add_argument("--precisions", nargs="+", default=["fp32"])
+    parser.add_argument("--workloads", nargs="+", default=["1", "64", "1000"])
+    parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        spec = json.loads(args.worker)
+        sentences = json.loads(Path(spec["sentences"]).read_text())
+        print(json.dumps(profile(Path(spec["weights"]), sentences, spec["precision"], spec["budget"])))
+        return
+    weights = converted_weights(args.peer)
+    report = {"label": args.label, "max_batch_tokens": args.max_batch_tokens, "rows": []}
+    names = {"1": "1 sentence", "64": "64 sentences", "1000": "1,000 sentences"}
+    OUT.mkdir(parents=True, exist_ok=True)
+    for workload in args.workloads:
+        sentences = workload_sentences(names[workload])
+        sentences_file = OUT / f"profile-{workload}.json"
+        sentences_file.write_text(json.dumps(sentences))
+        for precision in args.precisions:
+            spec = {"weights": str(weights), "sentences": str(sentences_file), "precision": precision}
+            spec["budget"] = args.max_batch_tokens
+            row = {"workload": names[workload], "precision": precision, **run_worker(spec)}
+            row["words"] = sum(len(s) for s in sentences)
+            report["rows"].append(row)
+            print(line(row), flush=True)
+            RESULTS.mkdir(parents=True, exist_ok=True)  # after every row: a run cut short keeps what it measured
+            (RESULTS / f"profile-gpu-{args.label}.json").write_text(json.dumps(report, indent=1))
+
+
+def run_worker(spec: dict) -> dict:
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__, "x", "--worker", json.dumps(spec)], capture_output=True, text=True)
+    if done.returncode:
+        return {"failed": done.stderr[-2000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def line(row: dict) -> str:
+    head = f"{row['workload']:>16} {row['precision']}:"
+    if "failed" in row:
+        return f"{head} FAILED {row['failed'][-800:]}"
+    top = "; ".join(f"{e['name'][:48]} {e['ms']:.1f} ms x{e['count']}" for e in row["top_gpu"][:4])
+    host = "; ".join(f"{e['name'][:40]} {e['ms']:.1f} ms" for e in row["top_host"][:4])
+    speed, wall, busy = row["words"] / row["unprofiled_s"], row["profiled_s"] * 1e3, row["gpu_busy_s"] * 1e3
+    return (
+        f"{head} {speed:,.0f} words/s unprofiled; profiled pass {wall:.1f} ms, "
+        f"GPU busy {busy:.1f} ms (host share {row['host_share']:.0%}), {row['kernel_launches']} launches, "
+        f"{row['graph_launches']} graph launches, {row['syncs']} syncs, {row['memcpy_calls']} memcpy\n"
+        f"    GPU: {top}\n    host: {host}"
+    )
+
+
+if __name__ == "__main__":
+    main()

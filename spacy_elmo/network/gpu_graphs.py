@@ -1,0 +1,127 @@
+"""Small calls on a CUDA GPU replayed as CUDA graphs: one launch instead of three or four a step.
+
+One sentence of 24 tokens takes about 300 kernel launches through the two stacks (both directions
+in each); where launching costs as much as the kernels run, replaying them as a graph removes
+that cost. A graph is captured per bucket of (tokens, steps, lanes), each rounded up with
+``row_buckets.bucket_rows`` (at most 25% more), and replayed for every call that falls in it: its
+tokens copied into the graph's input rows (rows past the call's hold whatever the last call left:
+no lane reads them, and no row's bits depend on another's), its step tables padded with steps where
+no lane works. The graph runs the kernels of ``gpu_stacks.run_stacks`` on the same values, so its
+results are bitwise those of launching them one by one.
+
+The graphs of a model share one memory pool and replay under one lock, each call's layers copied
+out before the next replay. A capture watches only its own thread's CUDA calls (a service's other
+threads may launch meanwhile); where a capture fails all the same, the model launches its kernels
+one by one from then on (the same results), with one warning that says why.
+
+Graphs read the stacked weights they were captured with: a graph is kept for the ``LayerPair``
+objects it read, and weights changed in place give new ones (and new graphs). Stateful calls and
+calls above ``MOST_TOKENS`` tokens or ``MOST_LANES`` lanes launch the kernels one by one.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from ..kernels.row_buckets import bucket_rows
+from ..kernels.triton_ops import TritonOps
+from .gpu_stacks import Schedule, Stacks, lane_count, run_stacks
+
+MOST_TOKENS = 256  # a call's tokens (boundaries included) up to which it replays a graph
+MOST_LANES = 16
+MOST_GRAPHS = 64  # graphs kept per model, the least recently used dropped first
+
+
+@dataclass
+class Captured:
+    """A captured call: its graph, its inputs (tokens (rows, P), tables as one int32 tensor), its
+    output layers (L+1, rows, 2P), and the stacks it read (kept alive so their ids stay theirs)."""
+
+    graph: "torch.cuda.CUDAGraph"
+    tokens: Tensor
+    tables: Tensor
+    layers: Tensor
+    stacks: Stacks
+
+
+class CallGraphs:
+    """The CUDA graphs of one model's small calls (see the module docstring)."""
+
+    def __init__(self, most: int = MOST_GRAPHS) -> None:
+        self.most = most
+        self._graphs: "OrderedDict[Tuple, Captured]" = OrderedDict()
+        self._lock = threading.Lock()
+        self._pool: Optional[Any] = None  # the graphs' shared memory pool (torch's handle)
+        self.failed: Optional[str] = None  # why a capture failed: no more graphs for this model
+
+    def __reduce__(self) -> Tuple[type, Tuple[int]]:
+        """Pickled (with its model) empty: graphs belong to the process that captured them."""
+        return (CallGraphs, (self.most,))
+
+    def __len__(self) -> int:
+        return len(self._graphs)
+
+    def takes(self, tokens: Tensor, lengths: Sequence[int]) -> bool:
+        """Whether a stateless call of these sentences replays a graph."""
+        small = tokens.shape[0] <= MOST_TOKENS and lane_count(lengths) <= MOST_LANES
+        return tokens.device.type == "cuda" and small and self.failed is None
+
+    def run(self, ops: TritonOps, stacks: Stacks, tokens: Tensor, lengths: Sequence[int]) -> Optional[Tensor]:
+        """Layers (L+1, N, 2P) of tokens (N, P) in sentences of ``lengths``, through a graph; None
+        where it cannot be captured here (``failed`` says why; the caller launches the kernels)."""
+        plan = Schedule.build(lengths)
+        shape = (bucket_rows(max(plan.steps, 1)), bucket_rows(plan.lanes))
+        schedule = Schedule.build(lengths, shape) if shape != plan.shape else plan
+        rows = bucket_rows(max(tokens.shape[0], 1))
+        key = (ops.precision, rows, shape, tuple(id(pair) for pair in stacks.pairs), stacks.clips, stacks.residual)
+        with self._lock:
+            captured = self._graphs.get(key)
+            if captured is None:
+                try:
+                    captured = self._capture(ops, stacks, tokens, rows, schedule)
+                except RuntimeError as failure:
+                    self._give_up(failure)
+                    return None
+                self._graphs[key] = captured
+                while len(self._graphs) > self.most:
+                    self._graphs.popitem(last=False)
+            self._graphs.move_to_end(key)
+            captured.tokens[: tokens.shape[0]].copy_(tokens)
+            captured.tables.copy_(schedule.on(tokens.device))
+            captured.graph.replay()
+            return captured.layers[:, : tokens.shape[0]].clone()
+
+    def _capture(self, ops: TritonOps, stacks: Stacks, tokens: Tensor, rows: int, schedule: Schedule) -> Captured:
+        """Capture ``run_stacks`` at these sizes, after one run outside the graph (Triton compiles
+        its kernels at their first launch, which a capture cannot hold)."""
+        static_tokens = tokens.new_zeros(rows, tokens.shape[1])
+        static_tokens[: tokens.shape[0]] = tokens
+        static_tables = schedule.on(tokens.device).clone()
+        side = torch.cuda.Stream(device=tokens.device)
+        side.wait_stream(torch.cuda.current_stream(tokens.device))
+        with torch.cuda.stream(side):
+            run_stacks(ops, stacks, static_tokens, schedule.tables(static_tables))
+        torch.cuda.current_stream(tokens.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            layers, _ = run_stacks(ops, stacks, static_tokens, schedule.tables(static_tables))
+        if self._pool is None:
+            self._pool = graph.pool()
+        return Captured(graph, static_tokens, static_tables, layers, stacks)
+
+    def _give_up(self, failure: RuntimeError) -> None:
+        self.failed = f"{type(failure).__name__}: {failure}"
+        self._graphs.clear()
+        warnings.warn(
+            f"spacy-elmo: a CUDA graph of a small call could not be captured here ({self.failed}); this model "
+            "launches its kernels one by one from now on, with the same results.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
