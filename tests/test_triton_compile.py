@@ -2,13 +2,17 @@
 without a GPU (Triton's ptxas): scripts/compile_gpu_kernels.py in a process of its own (this suite's
 other Triton tests run its interpreter, which replaces the kernels by interpreted ones)."""
 
+import importlib.util
 import subprocess
 import sys
 
 import pytest
 from conftest import ROOT, with_this_checkout
 
-pytest.importorskip("triton", reason="the GPU kernels are written in Triton (pip install triton)")
+# Not imported here: tests/test_triton_kernels.py needs Triton imported first with its interpreter on.
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="the GPU kernels are written in Triton (pip install triton)"
+)
 
 
 @pytest.mark.matrix

@@ -22,6 +22,12 @@ import torch  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
+if not isinstance(tl.zeros, interpreter.InterpretedFunction):
+    raise RuntimeError(
+        "Triton was imported before TRITON_INTERPRET=1 was set, so its own functions (tl.zeros) are compiled "
+        "ones: import this module, or set TRITON_INTERPRET=1, before anything imports triton."
+    )
+
 _create_dot = interpreter.InterpreterBuilder.create_dot
 _cast = interpreter.InterpreterBuilder.cast_impl
 _fp_to_fp = interpreter.InterpreterBuilder.create_fp_to_fp
