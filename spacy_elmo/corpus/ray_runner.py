@@ -34,6 +34,9 @@ def import_ray() -> Any:
     return ray
 
 
+LOCAL_ACTOR_START_S = 600  # how long a local Ray may take to start the workers (each loads the pipeline)
+
+
 def run_on_ray(
     todo: List[Block], output: Path, settings: EmbedSettings, workers: Workers, on_block: Callable[[Dict], None]
 ) -> List[Dict[str, Any]]:
@@ -45,7 +48,10 @@ def run_on_ray(
     if started_here:
         ray.init(address=workers.address, logging_level=logging.WARNING, include_dashboard=False)
     try:
-        ray.data.DataContext.get_current().enable_progress_bars = False  # ours counts lines
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # ours counts lines
+        if started_here:  # every local worker loads the pipeline before the first block: all share the work
+            context.wait_for_min_actors_s = LOCAL_ACTOR_START_S
         cpus = _cpus_per_worker(ray, workers.workers)
         blocks = ray.data.from_items([asdict(block) for block in todo], override_num_blocks=len(todo))
         figures = blocks.map_batches(
