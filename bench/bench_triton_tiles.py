@@ -25,8 +25,9 @@ P, H, E, FILTERS = 512, 4096, 16, ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)
 # (rows, cols, depth, warps, stages[, piece]): see triton_ops.Tiles
 CANDIDATES = {
     "fp32": {
-        "cell": [(32, 64, 8, 4, 1), (32, 32, 4, 4, 1), (16, 32, 8, 4, 1), (32, 16, 8, 2, 1)],
+        "recurrent": [(16, 64, 8, 4, 1, 128), (16, 128, 4, 4, 1, 128), (16, 64, 4, 2, 1, 64), (8, 64, 4, 2, 1, 256)],
         "projection": [(16, 128, 4, 4, 1, 128), (16, 64, 8, 4, 1, 64), (16, 64, 4, 4, 1, 256), (8, 64, 4, 2, 1)],
+        "cell": [(16, 128, 1, 4, 1), (32, 64, 1, 2, 1)],
     },
     "bf16": {
         "cell": [(32, 64, 64, 4, 3), (16, 64, 64, 4, 3)],
@@ -58,18 +59,17 @@ def cases(ops) -> dict:
     """name -> a call that runs that kernel once with ``ops``'s tiles, on random data."""
     import torch
 
+    from spacy_elmo.network.config import BiLMConfig
     from spacy_elmo.network.gpu_stacks import Schedule
+    from spacy_elmo.network.lstm_layer import LstmLayer
 
     torch.manual_seed(0)
     cuda = dict(device="cuda")
-    layer = [torch.randn(2, 4 * H, P, **cuda) * P**-0.5, torch.randn(2, 4 * H, **cuda)]
-    layer += [torch.randn(2, 4 * H, P, **cuda) * P**-0.5, torch.randn(2, P, H, **cuda) * H**-0.5]
-    pair = ops._make_layer_pair(
-        [layer[0][0], layer[0][1], layer[1][0], layer[1][1], layer[2][0], layer[2][1], layer[3][0], layer[3][1]]
-    )
+    config = BiLMConfig.preset("original")
+    pair = ops.layer_pair(LstmLayer(P, config).to(**cuda), LstmLayer(P, config).to(**cuda))
     x = torch.randn(2048, P, **cuda).unsqueeze(0).expand(2, -1, -1)
     convs = [torch.randn(count, E, width, **cuda) * 0.1 for width, count in FILTERS]
-    weights, widths = ops._make_conv_weights(convs)
+    weights, widths = ops.conv_weights(convs)
     chars = torch.randn(2048, 20, E, **cuda)
     calls = {
         "linear (input projection, 2,048 tokens)": lambda: ops.linear_pair(x, pair.w_ih, pair.bias),

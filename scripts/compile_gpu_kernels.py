@@ -21,7 +21,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from spacy_elmo.kernels import triton_kernels as kernels  # noqa: E402
-from spacy_elmo.kernels.triton_ops import TILES, Tiles  # noqa: E402
+from spacy_elmo.kernels.triton_ops import TILES, Tiles, TritonOps, lanes_per_program  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTXAS = Path(triton.backends.nvidia.__file__).parent / "bin" / "ptxas"
@@ -68,16 +68,15 @@ def variants():
         pointers = {**f32("chars_ptr", "out_ptr"), "w_ptr": weight, "widths_ptr": "*i32"}
         constants = dict(F=FILTERS, E=E, WIDEST=7, BF16=bf16, BM=t.rows, BN=t.cols, BK=t.depth)
         yield precision, kernels.conv_max_kernel, pointers, constants, t
-        for rows in (1, 4, 16) if not bf16 else (0,):
+        for rows in (1, 4, 16) if not bf16 else (1,):
             yield from cell_variants(precision, tiles, rows, weight)
             yield from pieces_variants(precision, tiles, rows, weight)
 
 
-def shape(precision: str, tiles, t: Tiles, rows: int) -> dict:
-    """BM and BK as ``TritonOps`` picks them for ``rows`` lanes (bf16: the tiles' own)."""
-    if precision == "bf16":
-        return dict(BM=t.rows, BK=t.depth)
-    return dict(BM=min(rows, t.rows), BK=min(max(t.depth, tiles.unrolled // min(rows, t.rows)), t.piece))
+def shape(precision: str, t: Tiles, rows: int) -> dict:
+    """BM and BK as ``TritonOps.program_shape`` picks them for ``rows`` lanes."""
+    program_rows, depth = TritonOps.of(precision).program_shape(t, rows)
+    return dict(BM=program_rows, BK=depth)
 
 
 def cell_variants(precision: str, tiles, rows: int, weight: str):
@@ -90,7 +89,7 @@ def cell_variants(precision: str, tiles, rows: int, weight: str):
     pieces = 0 if tiles.recurrent is None else -(-P // tiles.recurrent.piece)
     for stateful in (False, True):
         constants = dict(PIECES=pieces, H=H, P=P, CELL_CLIP=3.0, STATEFUL=stateful, BF16=precision == "bf16")
-        constants.update(BH=tiles.cell.cols, **shape(precision, tiles, tiles.cell, rows))
+        constants.update(BH=tiles.cell.cols, **shape(precision, tiles.cell, rows))
         yield precision, kernels.lstm_cell_kernel, pointers, constants, tiles.cell
 
 
@@ -101,13 +100,15 @@ def pieces_variants(precision: str, tiles, rows: int, weight: str):
         pointers = {**f32("x_ptr", "pieces_ptr", "start_x_ptr"), **i32("active_ptr", "start_ptr"), "w_ptr": weight}
         for stateful in (False, True) if restarts else (False,):
             constants = dict(K=k, N=n, CHUNK=t.piece, RESTARTS=restarts, STATEFUL=stateful, BF16=precision == "bf16")
-            constants.update(BN=t.cols, **shape(precision, tiles, t, rows))
+            constants.update(BN=t.cols, **shape(precision, t, rows))
             yield precision, kernels.step_pieces_kernel, pointers, constants, t
     pointers = {**f32("partial_ptr", "h_ptr", "out_ptr", "final_h_ptr"), **i32("token_ptr", "active_ptr", "end_ptr")}
+    sums = tiles.sums
     for stateful in (False, True):
         pieces = -(-H // tiles.projection.piece)
-        constants = dict(P=P, PIECES=pieces, PROJ_CLIP=3.0, STATEFUL=stateful, BM=rows or 32, BN=128)
-        yield precision, kernels.lstm_projection_sum_kernel, pointers, constants, Tiles(32, 128, 1, stages=1)
+        rows_there = lanes_per_program(sums.rows, rows)
+        constants = dict(P=P, PIECES=pieces, PROJ_CLIP=3.0, STATEFUL=stateful, BM=rows_there, BN=sums.cols)
+        yield precision, kernels.lstm_projection_sum_kernel, pointers, constants, sums
 
 
 def main() -> int:

@@ -66,20 +66,30 @@ def test_the_device_becomes_each_replicas_actor_options(device, gpus):
     assert not ray.is_initialized()
 
 
-def test_a_replica_takes_its_gpu_then_torchs_allocator_then_loads(monkeypatch, tiny_weights):
-    import thinc.api
-
-    from spacy_elmo.corpus import gpus, worker
+def test_a_replica_loads_on_its_gpu_with_torchs_allocator(monkeypatch, tiny_weights):
+    from spacy_elmo.corpus import worker
 
     calls = []
-    monkeypatch.setattr(gpus, "use_gpu", lambda gpu_id: calls.append(("use_gpu", gpu_id)))
-    monkeypatch.setattr(thinc.api, "set_gpu_allocator", lambda name: calls.append(("allocator", name)))
-    monkeypatch.setattr(worker, "load_pipeline", lambda settings, gpu_id: calls.append(("load", gpu_id)))
+    monkeypatch.setattr(worker, "load_pipeline", lambda settings, gpu_id, allocator: calls.append((gpu_id, allocator)))
     service.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cuda", threads=1))
-    assert calls == [("use_gpu", 0), ("allocator", "pytorch"), ("load", 0)]
-    calls.clear()
     service.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cpu", threads=1))
-    assert calls == [("load", -1)]
+    assert calls == [(0, "pytorch"), (-1, "pytorch")]  # -1: the CPU, where no allocator is set
+
+
+def test_the_gpu_is_taken_then_torchs_allocator_set(monkeypatch):
+    import spacy
+    import thinc.api
+
+    from spacy_elmo.corpus import gpus
+
+    calls = []
+    monkeypatch.setattr(gpus, "check_gpu", lambda gpu_id: None)
+    monkeypatch.setattr(spacy, "require_gpu", lambda gpu_id: calls.append(("require_gpu", gpu_id)))
+    monkeypatch.setattr(thinc.api, "set_gpu_allocator", lambda name: calls.append(("allocator", name)))
+    gpus.use_gpu(0, "pytorch")
+    gpus.use_gpu(-1, "pytorch")
+    gpus.use_gpu(0)
+    assert calls == [("require_gpu", 0), ("allocator", "pytorch"), ("require_gpu", 0)]
 
 
 def test_a_replica_without_a_gpu_says_so(monkeypatch, tiny_weights):

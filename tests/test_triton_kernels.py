@@ -31,7 +31,12 @@ BATCH = [["x", "y", "z"], ["A", "short", "one", "."], ["y", "z"], []]
 # few interpreted operations (the interpreter spends about a millisecond on each).
 SMALL = {
     "fp32": KernelTiles(
-        Tiles(16, 32, 16), Tiles(16, 32, 16), Tiles(8, 8, 1), Tiles(8, 8, 4, piece=8), Tiles(8, 32, 4, piece=4), 4
+        Tiles(16, 32, 16),
+        Tiles(16, 32, 16),
+        Tiles(8, 8, 1),
+        Tiles(8, 8, 4, piece=8),
+        Tiles(8, 32, 4, piece=4),
+        unrolled=4,
     ),
     "bf16": KernelTiles(Tiles(16, 32, 16), Tiles(16, 32, 16), Tiles(16, 16, 16), Tiles(16, 16, 16, piece=16)),
 }
@@ -172,7 +177,7 @@ def test_padding_a_call_to_a_graphs_sizes_changes_no_bit():
     exact = Schedule.build(lengths)
     with torch.no_grad():
         plain, _ = run_stacks(ops, stacks, tokens, exact.tables(exact.host))
-        padded = Schedule.build(lengths, (exact.steps + 2, exact.lanes + 2))
+        padded = Schedule.build(lengths, lambda count: count + 2)
         rows = torch.cat([tokens, torch.randn(7, tokens.shape[1]) * 100])
         replayed, _ = run_stacks(ops, stacks, rows, padded.tables(padded.host))
     assert torch.equal(replayed[:, : tokens.shape[0]], plain)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 
 def check_gpu(gpu_id: int) -> None:
     """Raise a clear error where torch sees no CUDA GPU ``gpu_id``."""
@@ -12,9 +14,11 @@ def check_gpu(gpu_id: int) -> None:
         raise _no_such_gpu(gpu_id, f"torch sees {count} CUDA GPU(s)")
 
 
-def use_gpu(gpu_id: int) -> None:
+def use_gpu(gpu_id: int, allocator: Optional[str] = None) -> None:
     """``spacy.require_gpu(gpu_id)`` for gpu_id >= 0 (-1: the CPU), with an error that says what to
-    do where there is no such CUDA GPU."""
+    do where there is no such CUDA GPU; then thinc's GPU arrays from ``allocator`` ("pytorch": the
+    pool torch's tensors use) where given. That comes after ``require_gpu``: before it, thinc sees the
+    CPU and sets nothing."""
     if gpu_id < 0:
         return
     import spacy
@@ -24,6 +28,10 @@ def use_gpu(gpu_id: int) -> None:
         spacy.require_gpu(gpu_id)
     except ValueError as err:
         raise _no_such_gpu(gpu_id, str(err)) from None
+    if allocator is not None:
+        from thinc.api import set_gpu_allocator
+
+        set_gpu_allocator(allocator)
 
 
 def _no_such_gpu(gpu_id: int, problem: str) -> ValueError:

@@ -8,7 +8,7 @@ import resource
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from ..files import atomic_write
 from .blocks import Block, read_block
@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from spacy.language import Language
 
 
-def load_pipeline(settings: EmbedSettings, gpu_id: int = -1) -> Language:
-    """The pipeline, on GPU ``gpu_id`` (-1: the CPU), its elmo components writing every layer in
-    float32 (the files hold every layer, exact), in ``settings.precision`` where given."""
+def load_pipeline(settings: EmbedSettings, gpu_id: int = -1, allocator: Optional[str] = None) -> Language:
+    """The pipeline, on GPU ``gpu_id`` (-1: the CPU; ``allocator``: thinc's there, see
+    ``gpus.use_gpu``), its elmo components writing every layer in float32 (the files hold every
+    layer, exact), in ``settings.precision`` where given."""
     from ..pipeline.component import Elmo
     from .gpus import use_gpu
 
-    use_gpu(gpu_id)
+    use_gpu(gpu_id, allocator)
     overrides: Dict[str, Any] = {"store": "layers", "store_dtype": "float32"}
     if settings.precision is not None:
         overrides["precision"] = settings.precision

@@ -57,7 +57,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from ..files import atomic_write_json, cache_dir
-from . import kernel_choice, machine, quantized, triton_ops
+from . import kernel_choice, machine, quantized
 from .batch_invariant import Blocking, linear_rows, step_matmul, step_rows
 from .kernel_choice import KernelChoice
 
@@ -129,8 +129,7 @@ class KernelPlan:
 
     def blocking(self, base: Blocking) -> Blocking:
         """``base`` set to run this plan."""
-        gpu = base.gpu or triton_ops.for_device(torch.device(self.device), self.runs)
-        return dataclasses.replace(base, precision=self.runs, int8_kernel=self.int8_kernel, gpu=gpu)
+        return dataclasses.replace(base, precision=self.runs, int8_kernel=self.int8_kernel)
 
 
 @dataclass(frozen=True)

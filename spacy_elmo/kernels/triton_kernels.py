@@ -3,15 +3,17 @@
 Every kernel here computes an output row from its own input row with the same instructions, in the
 same order, whatever else is in the call: the tile shapes and the order of the sum over K are
 compile-time constants (one tile configuration per kernel and dtype, ``triton_ops.TILES``), the row
-count is a run-time argument that only masks loads and stores, and no sum is split across programs.
-So a sentence gets the same bits alone and inside a batch of any size, with no padding to fixed
-shapes. fp32 products are IEEE (``input_precision="ieee"``: fused multiply-adds, no TF32); bf16
-products run on tensor cores and every sum accumulates in fp32.
+count is a run-time argument that only masks loads and stores, and a sum split across programs is
+split into pieces of a fixed length that the next kernel adds in order. So a sentence gets the same
+bits alone and inside a batch of any size, with no padding to fixed shapes. fp32 products are IEEE
+(``input_precision="ieee"`` or ``tl.fma``: fused multiply-adds, no TF32); bf16 products run on
+tensor cores and every sum accumulates in fp32.
 
 Written for Triton's interpreter too (``TRITON_INTERPRET=1``, how the tests run these kernels on a
 CPU): loops over a run-time count are ``while`` loops and sizes that bound a ``range`` are
-constexpr (the interpreter cannot take a run-time count there), and no kernel calls another jit
-function (the interpreter spends milliseconds on each such call). bf16 operands are rounded to
+constexpr (the interpreter cannot take a run-time count there), and a kernel calls other jit
+functions once per program, never inside a loop (the interpreter spends about a millisecond on each
+call). bf16 operands are rounded to
 the nearest (ties to even), as torch's ``.to(torch.bfloat16)``; ``input_precision="ieee"`` only
 matters to fp32 operands.
 """
@@ -77,14 +79,14 @@ def linear_kernel(
     tl.store(out, acc, mask=(r[:, None] < rows) & (n[None, :] < N))
 
 
-@triton.jit(do_not_specialize=["tokens", "windows"])
+@triton.jit(do_not_specialize=["tokens", "positions"])
 def conv_max_kernel(
     chars_ptr,
     w_ptr,
     widths_ptr,
     out_ptr,
     tokens,
-    windows,
+    positions,
     F: tl.constexpr,
     E: tl.constexpr,
     WIDEST: tl.constexpr,
@@ -93,12 +95,12 @@ def conv_max_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
 ):
-    """Every filter's best score over a token's character windows, without bias.
+    """Every filter's best score over a token's windows of characters, without bias.
 
-    chars (tokens, windows, E): each token's embedded characters, ``windows`` of them (the char
+    chars (tokens, positions, E): each token's embedded characters, ``positions`` of them (the char
     axis as trimmed); w (F, WIDEST * E): each filter's weights position-major (position j's E
     weights at j * E), zero past its own width; widths (F,) int32. Window p of a filter of width w
-    reads characters p .. p + w - 1 and counts where p + w <= windows. -> out (tokens, F).
+    reads characters p .. p + w - 1 and counts where p + w <= positions. -> out (tokens, F).
     """
     token_block = tl.program_id(0)
     filter_block = tl.program_id(1)
@@ -107,21 +109,21 @@ def conv_max_kernel(
     k = tl.arange(0, BK)
     K: tl.constexpr = WIDEST * E
     width = tl.load(widths_ptr + f, mask=f < F, other=1)
-    token_chars = chars_ptr + t.to(tl.int64)[:, None] * (windows * E)
+    token_chars = chars_ptr + t.to(tl.int64)[:, None] * (positions * E)
     filter_weights = w_ptr + f[None, :] * K
     best = tl.full((BM, BN), float("-inf"), dtype=tl.float32)
     p = 0
-    while p < windows:
+    while p < positions:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, K, BK):
             inside = (k0 + k) < K
-            a_mask = (t[:, None] < tokens) & inside[None, :] & ((p * E + k0 + k)[None, :] < windows * E)
+            a_mask = (t[:, None] < tokens) & inside[None, :] & ((p * E + k0 + k)[None, :] < positions * E)
             a = tl.load(token_chars + (p * E + k0 + k)[None, :], mask=a_mask, other=0.0)
             b = tl.load(filter_weights + (k0 + k)[:, None], mask=(f[None, :] < F) & inside[:, None], other=0.0)
             if BF16:
                 a, b = a.to(tl.bfloat16, fp_downcast_rounding="rtne"), b.to(tl.bfloat16, fp_downcast_rounding="rtne")
             acc = tl.dot(a, b, acc, input_precision="ieee")
-        best = tl.where((p + width <= windows)[None, :], tl.maximum(best, acc), best)
+        best = tl.where((p + width <= positions)[None, :], tl.maximum(best, acc), best)
         p += 1
     tl.store(out_ptr + t.to(tl.int64)[:, None] * F + f[None, :], best, mask=(t[:, None] < tokens) & (f[None, :] < F))
 

@@ -18,6 +18,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .precision import operand
 from .weight_copies import derived_copy
 
 
@@ -25,7 +26,7 @@ from .weight_copies import derived_copy
 class Tiles:
     """One kernel's tile shape: rows, columns and K per program (a ``tl.dot``'s K, or the fp32
     step kernels' unrolled multiply-adds), warps, pipeline stages; ``piece``: the length of each
-    separately summed piece of the projection's K (``lstm_projection_kernel``)."""
+    separately summed piece of a step matmul's K (``triton_kernels.step_pieces_kernel``)."""
 
     rows: int
     cols: int
@@ -47,10 +48,12 @@ class KernelTiles:
     cell: Tiles
     projection: Tiles
     recurrent: Optional[Tiles] = None  # the recurrent matmul in pieces; None: inside the cell kernel
+    sums: Tiles = Tiles(32, 128, 1, stages=3)  # adding the projection's pieces: the most lanes, columns
     unrolled: int = 32  # fp32 step kernels: lanes per program x multiply-adds unrolled, at least
 
 
-# Measured on an H100 (bench/bench_triton_tiles.py; BENCHMARKS.md): the fastest of those tried.
+# linear, conv and bf16's step kernels: the fastest of those bench/bench_triton_tiles.py tried on an
+# H100 (BENCHMARKS.md); fp32's step kernels (multiply-add chains in pieces): chosen, not yet swept.
 TILES = {
     "fp32": KernelTiles(
         linear=Tiles(128, 128, 16, warps=8, stages=2),
@@ -138,10 +141,9 @@ class TritonOps:
         return triton_kernels
 
     def weight(self, weight: Tensor) -> Tensor:
-        """``weight`` contiguous in the precision's dtype (a copy made once where needed)."""
-        if weight.dtype == self.weight_dtype and weight.is_contiguous():
-            return weight
-        return derived_copy(weight, ("triton", self.precision), lambda w: w.to(self.weight_dtype).contiguous())
+        """``weight`` contiguous in the precision's dtype: bf16's copy is ``precision.operand``'s,
+        made once per weight (the one the CPU's kernels read)."""
+        return operand(weight, self.precision).contiguous()
 
     def linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         """x (M, K) fp32 @ weight (N, K).T + bias (N,) -> (M, N) fp32."""
@@ -269,16 +271,15 @@ class TritonOps:
             gate_pieces=like.new_empty(2, gate_pieces, lanes, 4 * cells),
         )
 
-    def _rows(self, tiles: Tiles, lanes: int) -> Tuple[int, int]:
-        """Lanes per program and K per loop step: fixed for bf16's ``tl.dot``; in fp32
-        (multiply-add chains, the same arithmetic for any count and any unrolling) the power of two
-        that covers ``lanes``, at most ``tiles.rows``, with more steps unrolled where there are
-        fewer lanes, so that one sentence keeps as many loads in flight as a batch (measured on an
-        H100: a step for one sentence took 0.17 ms at 8 unrolled steps, reading 80 MB of weights
-        that take 27 µs at the copy rate)."""
+    def program_shape(self, tiles: Tiles, lanes: int) -> Tuple[int, int]:
+        """A step kernel's lanes per program and K per loop step for ``lanes`` lanes: fixed for
+        bf16's ``tl.dot``; in fp32 (multiply-add chains, the same arithmetic for any count and any
+        unrolling) ``lanes_per_program``, with more steps unrolled where there are fewer lanes, so
+        that one sentence keeps as many loads in flight as a batch (its weights come from memory
+        at every step)."""
         if self.precision == "bf16":
             return tiles.rows, tiles.depth
-        rows = min(tiles.rows, 1 << max(0, lanes - 1).bit_length())
+        rows = lanes_per_program(tiles.rows, lanes)
         return rows, min(max(tiles.depth, self.tiles.unrolled // rows), tiles.piece)
 
     def lstm_step(
@@ -301,7 +302,7 @@ class TritonOps:
         if self.tiles.recurrent is not None:
             self._pieces(self.tiles.recurrent, step, state.h, weights.w_hh, state.gate_pieces, tables, True, starts)
         cell = self.tiles.cell
-        rows, depth = self._rows(cell, lanes)
+        rows, depth = self.program_shape(cell, lanes)
         self.kernels.lstm_cell_kernel[(_blocks(lanes, rows) * _blocks(cells, cell.cols), 2)](
             state.h, state.c, state.hidden, weights.w_hh, gate_inputs,
             tables.token, tables.start, tables.active, first.h, first.c, tables.end, first.final_c,
@@ -312,12 +313,13 @@ class TritonOps:
             num_stages=cell.stages,
         )  # fmt: skip
         self._pieces(self.tiles.projection, step, state.hidden, weights.w_hr, state.pieces, tables, False, None)
-        rows = min(32, 1 << max(0, lanes - 1).bit_length())
-        self.kernels.lstm_projection_sum_kernel[(_blocks(lanes, rows) * _blocks(proj, 128), 2)](
+        sums = self.tiles.sums  # sums in order: any lanes per program give the same bits
+        rows = lanes_per_program(sums.rows, lanes)
+        self.kernels.lstm_projection_sum_kernel[(_blocks(lanes, rows) * _blocks(proj, sums.cols), 2)](
             state.pieces, state.h, out, tables.token, tables.active, tables.end, first.final_h,
             step, tables.start.shape[0], lanes, tables.start.shape[1], out.shape[1], first.h.shape[1],
             P=proj, PIECES=state.pieces.shape[1], PROJ_CLIP=float(clips[1] or 0.0), STATEFUL=starts is not None,
-            BM=rows, BN=128,
+            BM=rows, BN=sums.cols, num_warps=sums.warps, num_stages=sums.stages,
         )  # fmt: skip
 
     def _pieces(
@@ -334,7 +336,7 @@ class TritonOps:
         """x (2, lanes, K) @ weight (2, K, N) in pieces (``triton_kernels.step_pieces_kernel``);
         ``restarts``: the recurrent matmul, whose beginning lanes read zeros or ``starts``."""
         lanes, k, n = x.shape[1], weight.shape[1], weight.shape[2]
-        rows, depth = self._rows(tiles, lanes)
+        rows, depth = self.program_shape(tiles, lanes)
         grid = (_blocks(lanes, rows) * _blocks(n, tiles.cols) * pieces.shape[1], 2)
         first = starts.h if starts is not None else x
         self.kernels.step_pieces_kernel[grid](
@@ -347,6 +349,11 @@ class TritonOps:
 
 def _blocks(count: int, size: int) -> int:
     return -(-count // size)
+
+
+def lanes_per_program(most: int, lanes: int) -> int:
+    """The power of two that covers ``lanes``, at most ``most``."""
+    return min(most, 1 << max(0, lanes - 1).bit_length())
 
 
 def for_device(device: torch.device, precision: str) -> Optional[TritonOps]:

@@ -137,11 +137,16 @@ class BiLM(nn.Module):
         return self.kernel_plan.choice if self.kernel_plan is not None else None
 
     def blocking_for_run(self) -> Blocking:
+        """How this call runs: the blocking (``self.blocking``, or the device's) set to the plan's
+        precision, and on a CUDA GPU the Triton kernels of that precision (decided here alone)."""
         blocking = self.blocking or Blocking.for_device(self.device)
         if self.kernel_plan is None:
-            gpu = blocking.gpu or triton_ops.for_device(self.device, self._precision)
-            return dataclasses.replace(blocking, precision=self._precision, gpu=gpu)
-        return self.kernel_plan.blocking(blocking)
+            blocking = dataclasses.replace(blocking, precision=self._precision)
+        else:
+            blocking = self.kernel_plan.blocking(blocking)
+        if blocking.gpu is not None:
+            return blocking
+        return dataclasses.replace(blocking, gpu=triton_ops.for_device(self.device, blocking.precision))
 
     def _run_kernels_once(self) -> None:
         bos, eos = self.indexer.bos_token, self.indexer.eos_token

@@ -130,7 +130,8 @@ class CharEncoder(nn.Module):
         weights, widths = ops.conv_weights([conv.weight for conv in convs])
         best = ops.conv_max(self.embedding(ids), weights, widths)
         if trimmed:  # the windows of padding alone, cut off with the trimmed characters
-            pads = self.embedding.weight[self.pad_id].expand(1, int(widths.max()), -1)
+            widest = max(width for width, _ in self.config.filters)
+            pads = self.embedding.weight[self.pad_id].expand(1, widest, -1)
             best = torch.maximum(best, ops.conv_max(pads, weights, widths))
         best += torch.cat([conv.bias for conv in convs])
         x = best.relu_() if self.config.activation == "relu" else best.tanh_()

@@ -5,8 +5,9 @@ lane, back to back), but each call sizes its own lanes: as many as make every la
 as the longest sentence (``lane_count``), so the steps are as few as the longest sentence needs
 and few lanes idle. Lanes are numbered busiest first, so the lanes at work at a step are a prefix
 and the kernels skip the rest. Both directions of a layer run in the same launches (a program
-axis), two launches a step: the cells, then the projection. A row's bits never depend on the
-lanes beside it or on how many there are (``triton_kernels``), so nothing is padded for them.
+axis): a step is the recurrent matmul in pieces (fp32), the cells, the projection in pieces and
+their sum (``TritonOps.lstm_step``). A row's bits never depend on the lanes beside it or on how many
+there are (``triton_kernels``), so nothing is padded for them.
 
 Small calls replay the whole of ``run_stacks`` as a CUDA graph (``gpu_graphs``): the same kernels
 on the same values, so the same bits as launched one by one.
@@ -15,7 +16,7 @@ on the same values, so the same bits as launched one by one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -55,8 +56,8 @@ def lane_count(lengths: Sequence[int], most: int = MOST_LANES) -> int:
 @dataclass
 class Schedule:
     """A call's lane plan as the kernels read it: ``steps`` x ``lanes`` tables (``StepTables``)
-    laid out at ``shape`` (steps, lanes) >= theirs, the steps past the plan's with no lane at work.
-    ``host``: the tables as one int32 tensor, in the order ``tables`` views them."""
+    laid out at ``shape`` = (pad(steps), pad(lanes)), the steps past the plan's with no lane at
+    work. ``host``: the tables as one int32 tensor, in the order ``tables`` views them."""
 
     lanes: int
     steps: int
@@ -64,10 +65,10 @@ class Schedule:
     host: Tensor
 
     @classmethod
-    def build(cls, lengths: Sequence[int], shape: Optional[Tuple[int, int]] = None) -> "Schedule":
+    def build(cls, lengths: Sequence[int], pad: Callable[[int], int] = lambda count: count) -> "Schedule":
         plan = LanePlan.build(lengths, lane_count(lengths), 1, torch.device("cpu"))
         steps, lanes = plan.n_steps, plan.n_lanes
-        rows, cols = shape or (steps, lanes)
+        rows, cols = pad(steps), pad(lanes)
         token = torch.zeros(2, rows, cols, dtype=torch.int32)
         token[0, :steps, :lanes] = plan.tables["forward"]
         token[1, :steps, :lanes] = plan.tables["backward"]

@@ -81,15 +81,13 @@ def check_gpus_here(settings: ServeSettings) -> None:
 
     available = torch.cuda.is_available()
     count = torch.cuda.device_count() if available else 0
-    if count >= settings.replicas:
-        return
-    fewer = f"give --replicas {count}, " if count else ""
-    raise ValueError(
-        f"--device cuda --replicas {settings.replicas} needs {settings.replicas} CUDA GPU(s), one per replica, and "
-        f"torch {torch.__version__} sees {count} on this machine (torch.cuda.is_available() is {available}). Run on "
-        f'a machine with NVIDIA GPUs and a torch built with CUDA (pip install "spacy-elmo[cuda12x]"), {fewer}or '
-        "serve on the CPU: --device cpu."
-    )
+    if count < settings.replicas:
+        raise _too_few_gpus(
+            settings,
+            count,
+            f"torch {torch.__version__} sees {count} on this machine (torch.cuda.is_available() is {available})",
+            'run on a machine with NVIDIA GPUs and a torch built with CUDA (pip install "spacy-elmo[cuda12x]")',
+        )
 
 
 def check_gpus_of_cluster(ray: Any, settings: ServeSettings) -> None:
@@ -97,11 +95,15 @@ def check_gpus_of_cluster(ray: Any, settings: ServeSettings) -> None:
     per replica with ``--device cuda``): Ray would wait for them for ever."""
     gpus = int(ray.cluster_resources().get("GPU", 0))
     if settings.device == "cuda" and gpus < settings.replicas:
-        raise ValueError(
-            f"--device cuda --replicas {settings.replicas} needs {settings.replicas} GPU(s), one per replica, and "
-            f"the Ray cluster has {gpus}. Add GPU nodes to the cluster, "
-            f"{f'give --replicas {gpus}, ' if gpus else ''}or serve on the CPU: --device cpu."
-        )
+        raise _too_few_gpus(settings, gpus, f"the Ray cluster has {gpus}", "add GPU nodes to the cluster")
+
+
+def _too_few_gpus(settings: ServeSettings, count: int, found: str, remedy: str) -> ValueError:
+    fewer = f"give --replicas {count}, " if count else ""
+    return ValueError(
+        f"--device cuda --replicas {settings.replicas} needs {settings.replicas} CUDA GPU(s), one per replica, and "
+        f"{found}. {remedy[0].upper()}{remedy[1:]}, {fewer}or serve on the CPU: --device cpu."
+    )
 
 
 def load_served_pipeline(settings: ServeSettings) -> Any:
@@ -112,18 +114,11 @@ def load_served_pipeline(settings: ServeSettings) -> Any:
     from ..corpus.settings import EmbedSettings
     from ..corpus.worker import load_pipeline
 
-    if settings.device == "cuda":
-        from thinc.api import set_gpu_allocator
-
-        from ..corpus.gpus import use_gpu
-
-        use_gpu(settings.gpu_id)  # spacy.require_gpu: thinc's ops are cupy's from here on
-        set_gpu_allocator("pytorch")  # after require_gpu: before it, thinc sees the CPU and sets nothing
     if _is_pipeline(settings.source):
         embed = EmbedSettings(pipeline=settings.source, precision=settings.precision)
     else:
         embed = EmbedSettings(weights=settings.source, lang=settings.lang, precision=settings.precision)
-    return load_pipeline(embed, settings.gpu_id)
+    return load_pipeline(embed, settings.gpu_id, allocator="pytorch")
 
 
 def _is_pipeline(source: str) -> bool:
