@@ -33,7 +33,8 @@ from pathlib import Path
 from bench_bilm import load_sentences
 from report import SHARED, write_section
 
-from spacy_elmo.kernels.machine import SIMULATED_CPUS, why_not_cap  # --cap NAME: the kernel caps of a lesser CPU
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402  --cap NAME: the kernel caps of a lesser CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
@@ -45,11 +46,14 @@ RESULTS = ROOT / "bench" / "results"
 WORKLOADS = ["1 sentence", "16 sentences", "64 sentences", "1,000 sentences"]
 CONFIGURATIONS = [("fp32", False), ("fp32", True), ("bf16", False), ("int8", False)]  # (precision, cache warm)
 REPEATS = {"1,000 sentences": 3}
+LABEL: list = [None]  # --label: this run's results under their own name
 
 
-def results_name(cap: str | None) -> str:
-    """bench/results/<name>.json/.png and the BENCHMARKS.md section of a run, capped or not."""
-    return f"peer-cpu-capped-{cap}" if cap else "peer-cpu"
+def results_name(cap: str | None, label: str | None = None) -> str:
+    """bench/results/<name>.json/.png and the BENCHMARKS.md section of a run, capped or not, on a
+    machine given its own label (``--label``: another CPU's results beside the others) or not."""
+    name = f"peer-cpu-{label}" if label else "peer-cpu"
+    return f"{name}-capped-{cap}" if cap else name
 
 
 def workload_sentences(name: str) -> list:
@@ -269,12 +273,12 @@ def schedule_limit(sentences: list) -> dict:
     these matmuls alone allow."""
     import torch
 
-    from spacy_elmo.kernels.batch_invariant import Blocking
-    from spacy_elmo.network.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
+    from spacy_elmo.network.lanes import LanePlan, lane_multiple, step_lanes_for
+    from spacy_elmo.network.step_loop import Scratch
 
     config, matmuls = original_step_matmuls()
     lengths = [len(sentence) + 2 for sentence in sentences]  # with the sentence boundaries
-    width = step_lanes_for(lengths, Blocking().step_lanes, config.lstm_dim)  # as the biLM picks it
+    width = step_lanes_for(lengths, matmuls.kernels.blocking.step_lanes, config.lstm_dim)  # as the biLM picks it
     plan = LanePlan.build(lengths, width, 1, torch.device("cpu"))
     multiple = lane_multiple(config.lstm_dim)
     rows = [count for step in range(plan.n_steps) for _, count in plan.groups(step, multiple)]
@@ -299,16 +303,16 @@ def original_step_matmuls():
     exact fp32, CPU): the step loop's matmuls as it runs them."""
     import torch
 
-    from spacy_elmo.kernels.batch_invariant import Blocking
+    from spacy_elmo.kernels.select import select
     from spacy_elmo.network.config import BiLMConfig
     from spacy_elmo.network.lstm_layer import LstmLayer
-    from spacy_elmo.network.recurrence import StepMatmuls
+    from spacy_elmo.network.step_loop import StepMatmuls
 
     config = BiLMConfig.preset("original")
     layer = LstmLayer(config.projection_dim, config)
     with torch.no_grad():
         layer.reset_parameters()
-    return config, StepMatmuls(layer, Blocking(), torch.device("cpu"))
+    return config, StepMatmuls(layer, select(torch.device("cpu"), "fp32"))
 
 
 def _seconds(call, runs: int = 10) -> float:
@@ -384,7 +388,7 @@ def rerun(peer: Path, threads: int, workloads: list, cap: str | None = None) -> 
         raise SystemExit(f"Unknown workloads {unknown}; choose sentence counts from {list(by_count)}.")
     workloads = [by_count[w] for w in workloads]
     fresh = run_all(peer, threads, workloads)
-    previous_file = RESULTS / f"{results_name(cap)}.json"
+    previous_file = RESULTS / f"{results_name(cap, LABEL[0])}.json"
     if not previous_file.is_file():
         return fresh
     previous = json.loads(previous_file.read_text())
@@ -398,7 +402,7 @@ def write_outputs(report: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     from spacy_elmo.files import atomic_write_json
 
-    name = results_name(report.get("capped"))
+    name = results_name(report.get("capped"), report.get("label"))
     atomic_write_json(RESULTS / f"{name}.json", report)
     plot(report, RESULTS / f"{name}.png")
     update_markdown(report)
@@ -439,9 +443,11 @@ def _precision_label(row: dict) -> str:
 
 
 def update_markdown(report: dict) -> None:
-    roof, cap, name = report["roof"], report.get("capped"), results_name(report.get("capped"))
+    roof, cap, label = report["roof"], report.get("capped"), report.get("label")
+    name = results_name(cap, label)
     title = f"capped at {cap}, simulating a lesser CPU" if cap else "uncapped"
-    command_cap = f" --cap {cap}" if cap else ""
+    title = f"{label}, {title}" if label else title
+    command_cap = (f" --cap {cap}" if cap else "") + (f" --label {label}" if label else "")
     simulated = (
         f"**Capped run**: oneDNN, ATen and MKL limited to {cap} (`--cap {cap}`: "
         f"{', '.join(SIMULATED_CPUS[cap])}) on the machine below, both sides alike; the figures simulate that "
@@ -515,12 +521,13 @@ def roof_lines(report: dict) -> list:
             f"{100 * words_per_s * flop / 1e9 / roof['gemm_gflops']:.0f}% of the GEMM rate on what it runs"
         )
     peer = {r["workload"]: r["peer"]["words_per_s"] for r in report["rows"] if r["cache"] == "off"}
+    name = results_name(report.get("capped"), report.get("label"))
     lines = [
         "Within a call the char encoder runs once per distinct token (sentence boundaries included; exact, since a "
         "token's representation does not depend on its companions), so the exact path runs fewer FLOP per word than "
         "the roof counts. " + "; ".join(parts) + ".",
         "",
-        f"What the step loop's own matmuls allow here (`roof` in bench/results/{results_name(report.get('capped'))}"
+        f"What the step loop's own matmuls allow here (`roof` in bench/results/{name}"
         ".json): at 64 rows the "
         f"recurrent and projection matmuls run at {roof['step_gflops_64_rows']:.0f} GFLOP/s as the loop runs them, so "
         f"the LSTM's matmuls alone allow {roof['lstm_words_per_s_64_rows']:,.0f} words/s",
@@ -583,8 +590,10 @@ def main() -> None:
         choices=sorted(SIMULATED_CPUS),
         help="run every process with its kernels capped at this ISA (simulating a lesser CPU); rows labelled capped",
     )
+    parser.add_argument("--label", help="this machine's results under their own name (peer-cpu-LABEL), e.g. zen3")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    LABEL[0] = args.label
     if args.cap and why_not_cap(args.cap):
         raise SystemExit(f"--cap {args.cap}: {why_not_cap(args.cap)}; a cap only simulates a lesser CPU.")
     if args.cap and os.environ.get("ONEDNN_MAX_CPU_ISA") != args.cap:
@@ -598,10 +607,11 @@ def main() -> None:
             "Give the peer's folder: bash ../shared/tools/peer-allennlp/setup.sh PEER_DIR, then PEER_DIR here."
         )
     if args.workloads:
-        write_outputs(rerun(Path(args.peer), args.threads, args.workloads, args.cap))
+        report = rerun(Path(args.peer), args.threads, args.workloads, args.cap)
     else:
-        write_outputs(run_all(Path(args.peer), args.threads))
-    print(f"Wrote BENCHMARKS.md and bench/results/{results_name(args.cap)}.json/.png")
+        report = run_all(Path(args.peer), args.threads)
+    write_outputs({**report, "label": args.label} if args.label else report)
+    print(f"Wrote BENCHMARKS.md and bench/results/{results_name(args.cap, args.label)}.json/.png")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
-"""What the kernel plan gives through `nlp.pipe`: each opt-in precision against exact fp32, in one
-process, on full-size weights, one sentence and 64 sentences of real text; and the plan it ran.
+"""What each precision's kernels (``kernels.select``) give through `nlp.pipe`: each opt-in precision
+against exact fp32, in one process, on full-size weights, one sentence and 64 sentences of real
+text; what each ran, the warning its load gave, and what each load cost.
 
     python bench/bench_plan.py                # this CPU as it is
     python bench/bench_plan.py --cap AVX2     # with the kernels capped as on an AVX2-only CPU
 
-The plan is measured at load (a fresh plan cache, so this run measures it). A precision either runs
-and should be at least as fast as fp32 (the plan took it for faster at the model's matmul shapes),
-or falls back to fp32 with one warning, which the row records. Each configuration is timed in turn
-on the same docs, alternating, 5 rounds after a warm-up: median words/s. Writes
-bench/results/plan-cpu[-capped-CAP].json and the section of BENCHMARKS.md, with the CPU named.
+A precision runs what the machine's features and probes select, or falls back to fp32 with one
+warning; a precision the rule (or a kept `info --machine` measurement) knows to be no faster than
+fp32 warns once. Each load starts from an empty user cache. Each configuration is timed in turn on
+the same docs, alternating, 5 rounds after a warm-up: median words/s. Writes
+bench/results/plan-cpu[-LABEL][-capped-CAP].json and the section of BENCHMARKS.md, with the CPU named
+(``--label zen3``: this machine's results beside another CPU's).
 """
 
 from __future__ import annotations
@@ -27,28 +29,33 @@ from pathlib import Path
 from bench_peer import workload_sentences
 from report import write_section
 
-from spacy_elmo.kernels.machine import SIMULATED_CPUS, why_not_cap
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 PRECISIONS = ("fp32", "bf16", "int8")
 WORKLOADS = ("1 sentence", "64 sentences")
 ROUNDS = 5
+LOAD_SECONDS: dict = {}  # precision -> seconds its pipeline took to make and initialize
 
 
 def load(weights: str, precision: str):
     """A pipeline of the elmo component alone in ``precision``; the fallback warning, if any."""
     import spacy
 
-    from spacy_elmo.kernels.kernel_choice import PrecisionFallback
+    from spacy_elmo.kernels.advice import SlowerPrecision
+    from spacy_elmo.kernels.select import PrecisionFallback
 
+    started = time.perf_counter()
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": weights, "precision": precision, "set_vector_hooks": False})
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PrecisionFallback)
+        warnings.simplefilter("always", (PrecisionFallback, SlowerPrecision))
         nlp.initialize()
+    LOAD_SECONDS[precision] = time.perf_counter() - started
     nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
-    fallback = [str(w.message) for w in caught if issubclass(w.category, PrecisionFallback)]
+    fallback = [str(w.message) for w in caught if issubclass(w.category, (PrecisionFallback, SlowerPrecision))]
     return nlp, fallback
 
 
@@ -84,16 +91,11 @@ def measure(weights: str, threads: int) -> dict:
                     "kernel": bilm.precision_choice.kernel,
                     "words_per_s": speed,
                     "x_fp32": speed / fp32,
-                    "plan_speedup": list(bilm.kernel_plan.speedup),
                     "fallback_warnings": fallback,
                 }
             )
-    plans = {p: _plan_record(nlp.get_pipe("elmo").bilm.kernel_plan) for p, (nlp, _) in pipelines.items()}
-    return {"rows": rows, "plans": plans}
-
-
-def _plan_record(plan) -> dict:
-    return {"runs": plan.runs, "kernel": plan.choice.kernel, "speedup": list(plan.speedup), "timings": plan.timings}
+    kernels = {p: nlp.get_pipe("elmo").bilm.kernels.description() for p, (nlp, _) in pipelines.items()}
+    return {"rows": rows, "kernels": kernels, "load_seconds": LOAD_SECONDS}
 
 
 def machine(threads: int) -> str:
@@ -107,29 +109,30 @@ def machine(threads: int) -> str:
 def write_outputs(report: dict) -> None:
     from spacy_elmo.files import atomic_write_json
 
-    cap = report["capped"]
-    name = f"plan-cpu-capped-{cap}" if cap else "plan-cpu"
+    cap, label = report["capped"], report.get("label")
+    name = f"plan-cpu-{label}" if label else "plan-cpu"
+    name = f"{name}-capped-{cap}" if cap else name
     RESULTS.mkdir(parents=True, exist_ok=True)
     atomic_write_json(RESULTS / f"{name}.json", report)
     title = f"capped at {cap}, simulating a lesser CPU's kernels" if cap else "uncapped"
+    title = f"{label}, {title}" if label else title
     lines = [
         f"### Each precision against fp32 through `nlp.pipe`, {title} ({report['date']})",
         "",
         f"Machine: {report['machine']}. Full-size random weights (93.6M parameters, the peer's, converted), the "
         "`elmo` component alone, token cache off; fp32, bf16 and int8 pipelines in one process, timed in turn on the "
-        f"same docs, median of {ROUNDS} rounds after a warm-up. The kernel plan was measured at load (a fresh plan "
-        f"cache). Command: `python bench/bench_plan.py{' --cap ' + cap if cap else ''}`.",
+        f"same docs, median of {ROUNDS} rounds after a warm-up; each load from an empty user cache. Command: "
+        f"`python bench/bench_plan.py{' --cap ' + cap if cap else ''}{' --label ' + label if label else ''}`.",
         "",
-        "| workload | precision | runs (kernel) | words/s | x fp32 | the plan's estimate (1 sentence / batch) | "
-        "fallback warning |",
-        "|---|---|---|---:|---:|---|---|",
+        "| workload | precision | runs (kernel) | words/s | x fp32 | load (s) | warning at load |",
+        "|---|---|---|---:|---:|---:|---|",
     ]
     for r in report["rows"]:
         warned = "yes: " + r["fallback_warnings"][0][:140] + "..." if r["fallback_warnings"] else "-"
-        estimate = " / ".join(f"{x:.2f}x" for x in r["plan_speedup"]) if r["runs"] != "fp32" else "-"
+        load = report.get("load_seconds", {}).get(r["precision"], float("nan"))
         lines.append(
             f"| {r['workload']} | {r['precision']} | {r['runs']} ({r['kernel']}) | {r['words_per_s']:,.1f} | "
-            f"**{r['x_fp32']:.2f}x** | {estimate} | {warned} |"
+            f"**{r['x_fp32']:.2f}x** | {load:.1f} | {warned} |"
         )
     lines.append("")
     write_section(f"bench_plan:{name.removeprefix('plan-')}", lines)
@@ -140,6 +143,7 @@ def main() -> None:
     parser.add_argument("--weights", default=str(ROOT / "bench" / "out" / "peer-full-bilm"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap", choices=sorted(SIMULATED_CPUS))
+    parser.add_argument("--label", help="this machine's results under their own name (plan-cpu-LABEL), e.g. zen3")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not (Path(args.weights) / "model.safetensors").is_file():
@@ -155,7 +159,7 @@ def main() -> None:
         done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:
         raise SystemExit(done.stderr[-3000:])
-    report = {**json.loads(done.stdout.strip().splitlines()[-1]), "capped": args.cap}
+    report = {**json.loads(done.stdout.strip().splitlines()[-1]), "capped": args.cap, "label": args.label}
     report.update(machine=_worker_machine(args), date=time.strftime("%Y-%m-%d"))
     write_outputs(report)
     for r in report["rows"]:

@@ -18,19 +18,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Union
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ROOT / "bench" / "results" / "compat"
 TABLE = ROOT / "docs" / "compatibility.md"
 # The tests that exercise what depends on torch: parity with the original, the precisions and their
-# kernels (probes, plan, oneDNN), batch and thread invariance, the component saved and loaded, a
+# kernels (probes, selection, oneDNN), batch and thread invariance, the component saved and loaded, a
 # pretraining run resumed, embedding a corpus.
 TESTS = [
     "tests/test_parity.py",
     "tests/test_precision.py",
-    "tests/test_plan.py",
-    "tests/test_kernel_choice.py",
+    "tests/test_advice.py",
+    "tests/test_select.py",
     "tests/test_onednn.py",
     "tests/test_bilm.py",
     "tests/test_threads.py",
@@ -52,18 +52,16 @@ NOTES = [
     "bf16 and int8 keep their kernels. Prefer torch 2.13 or later.",
     "- **spaCy 3.7** rows install `click` beside it: spaCy 3.7's command line imports it, and today's typer no longer "
     "brings it (an environment that has spaCy 3.7 has it).",
-    "- The kernels column is what the plan chose at the end of each row, timed there; rows timed while the machine "
-    "was busy (its load above its cores: other work, or the row's own tests just before) are marked, and say "
-    "nothing of the kernels.",
+    "- The kernels column is what `select` chose for each precision at the end of each row: a rule on the CPU's "
+    "features and probes of the kernels' bits, the same on a busy machine as on a quiet one. Rows recorded before "
+    "`select` give what a plan timed at load chose and its ratios to fp32; those timed while the machine was busy "
+    "are marked.",
 ]
 PLAN_CODE = """
-import json, warnings, torch
-from spacy_elmo.kernels import plan
-from spacy_elmo.network.config import BiLMConfig
-warnings.simplefilter("ignore")
-shapes = BiLMConfig.preset("original").kernel_shapes()
-made = {p: plan.plan_for(shapes, p, torch.device("cpu")) for p in ("fp32", "bf16", "int8")}
-print(json.dumps({p: [m.runs, m.choice.kernel, plan.ratio_text(m), m.steady] for p, m in made.items()}))
+import json, torch
+from spacy_elmo.kernels.select import select
+made = {p: select(torch.device("cpu"), p) for p in ("fp32", "bf16", "int8")}
+print(json.dumps({p: {"runs": m.runs, "kernel": m.choice.kernel} for p, m in made.items()}))
 """
 
 
@@ -100,14 +98,24 @@ def run_tests(arguments: List[str]) -> Dict[str, object]:
     }
 
 
-def kernels() -> Dict[str, List[str]]:
-    """What the plan chose for the original model's shapes, per precision (measured, fresh cache)."""
+def kernels() -> Dict[str, object]:
+    """What each precision runs here (``select``), from an empty user cache."""
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "SPACY_ELMO_CACHE": cache, "SPACY_ELMO_KERNEL_PLAN": "measure"}
+        env = {**os.environ, "SPACY_ELMO_CACHE": cache}
         done = subprocess.run([sys.executable, "-c", PLAN_CODE], capture_output=True, text=True, env=env)
     if done.returncode:
         return {"error": [done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"]}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _kernel_cell(kernel: Union[None, Dict[str, str], List[str]]) -> str:
+    """What runs: its precision and kernel; rows recorded before ``select`` (lists) gave what a
+    timed plan ran and its ratio to fp32."""
+    if not kernel:
+        return "?"
+    if isinstance(kernel, dict):
+        return f"{kernel['runs']} ({kernel['kernel']})"
+    return f"{kernel[0]}{' ' + kernel[2] if len(kernel) > 2 and kernel[2] != '-' else ''}"
 
 
 def render(order: List[str]) -> str:
@@ -119,21 +127,19 @@ def render(order: List[str]) -> str:
         "",
         "Each row is one run of `nox -s compat` (noxfile.py): a fresh virtual environment that installs torch first, "
         'then this package as a user would (`pip install ".[h5]"`), then runs the tests that exercise everything '
-        "torch-dependent (`scripts/compat_report.py`), and asks the kernel plan what it runs for the original model. "
+        "torch-dependent (`scripts/compat_report.py`), and asks `select` what each precision runs. "
         "`setup.py` declares what passed here; `tests/test_compatibility.py` fails when the two disagree.",
         "",
         "| python | torch | spaCy | thinc | numpy | passed | failed | skipped | minutes | "
-        "kernels: bf16 / int8 (x fp32, 1 sentence / batch) | machine, date |",
+        "kernels: bf16 / int8 (older rows: a timed plan's x fp32, 1 sentence / batch) | machine, date |",
         "|---|---|---|---|---|---:|---:|---:|---:|---|---|",
     ]
     for name in names:
         row = rows[name]
         v, t, k = row["versions"], row["tests"], row["kernels"]
-        chosen = " / ".join(
-            f"{k[p][0]}{' ' + k[p][2] if k[p][2] != '-' else ''}" if p in k else "?" for p in ("bf16", "int8")
-        )
-        if any(len(k[p]) < 4 or not k[p][3] for p in ("bf16", "int8") if p in k):
-            chosen += " (timed on a busy machine: not a verdict on the kernels)"
+        chosen = " / ".join(_kernel_cell(k.get(p)) for p in ("bf16", "int8"))
+        if any(isinstance(k[p], list) and (len(k[p]) < 4 or not k[p][3]) for p in ("bf16", "int8") if p in k):
+            chosen += " (timed on a busy machine: not a verdict on the kernels)"  # rows recorded before select
         lines.append(
             f"| {v['python']} | {v['torch']} | {v['spacy']} | {v['thinc']} | {v['numpy']} | {t['passed']} | "
             f"{t['failed']} | {t['skipped']} | {t['seconds'] / 60:.1f} | {chosen} | {row['machine']}, {row['date']} |"

@@ -21,7 +21,7 @@ CACHE_ENVIRONMENT_VARIABLE = "SPACY_ELMO_CACHE"
 
 
 def cache_dir() -> Path:
-    """The cache root (downloaded models, kernel plans): ``$SPACY_ELMO_CACHE``, else
+    """The cache root (downloaded models, speed advice): ``$SPACY_ELMO_CACHE``, else
     ``$XDG_CACHE_HOME/spacy-elmo``, else ``~/.cache/spacy-elmo``."""
     configured = os.environ.get(CACHE_ENVIRONMENT_VARIABLE)
     if configured:

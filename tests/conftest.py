@@ -6,10 +6,6 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# Precisions run their first exact kernel without timing it (spacy_elmo.kernels.plan), in this
-# process and the subprocesses tests start: a test of int8 runs int8 however fast it is here.
-# tests/test_plan.py measures, with timings of its own.
-os.environ["SPACY_ELMO_KERNEL_PLAN"] = "features"
 SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
 

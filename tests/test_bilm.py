@@ -8,6 +8,8 @@ from reference_bilm import ReferenceBiLM
 
 from spacy_elmo import embed_sentences
 from spacy_elmo.kernels.batch_invariant import Blocking
+from spacy_elmo.kernels.kernel_set import Route
+from spacy_elmo.kernels.select import select
 from spacy_elmo.network.chars import encode_sentences
 
 SENTENCES = [
@@ -77,10 +79,11 @@ def test_fused_path_refuses_clipped_models():
 def test_differentiable_path_agrees_and_trains(seeded, clipped):
     bilm = random_bilm(**({"cell_clip": 1.0, "proj_clip": 1.0} if clipped else {}))
     char_ids = torch.from_numpy(encode_sentences(SENTENCES)).long()
-    with torch.no_grad():
-        exact = bilm(char_ids)
-    output = bilm(char_ids)
+    exact = bilm(char_ids)  # inference: the batch-invariant path, no gradients even where they are enabled
+    assert torch.is_grad_enabled() and not exact.layers.requires_grad
+    output = bilm.forward_for_training(char_ids)
     assert output.layers.requires_grad
+    assert torch.equal(output.mask, exact.mask)
     assert (output.layers.detach() - exact.layers).abs().max() < 1e-5
     output.layers.sum().backward()
     grads = {name: p.grad for name, p in bilm.named_parameters()}
@@ -129,6 +132,8 @@ def kernels(request, monkeypatch):
         pytest.skip("oneDNN's row-count invariance does not hold on this machine")
     if request.param == "fixed-shapes":
         monkeypatch.setattr(onednn, "available", lambda device, precision="fp32": False)
+    expected = Route.ONEDNN_ANY_ROWS if request.param == "onednn" else Route.FIXED_SHAPES
+    assert select(torch.device("cpu"), "fp32").route is expected  # what a fresh biLM's kernels will be
     return request.param
 
 
@@ -234,8 +239,12 @@ def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
     through_onednn = embed_sentences(bilm, sentences)
     assert calls
     monkeypatch.setattr(onednn, "available", lambda device, precision="fp32": False)
+    assert bilm.kernels.route is Route.ONEDNN_ANY_ROWS  # selected once, on the first call, and kept
+    bilm.kernels = None  # selected again: fixed shapes now
+    bilm.token_cache.clear()
     calls.clear()
     fixed = embed_sentences(bilm, sentences)
+    assert bilm.kernels.route is Route.FIXED_SHAPES
     assert not calls
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(through_onednn, fixed))
 

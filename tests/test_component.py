@@ -141,7 +141,7 @@ def test_the_pipeline_pickles_and_its_copy_gives_the_same_bits_from_empty_caches
     copy = pickle.loads(pickle.dumps(nlp))
     elmo = copy.get_pipe("elmo")
     assert len(elmo.bilm.token_cache) == 0 and elmo._sentences._tokens == 0, "caches are rebuilt, not copied"
-    assert elmo.bilm.kernel_plan is not None, "the copy decides its kernels when it is unpickled, not in a call"
+    assert elmo.bilm.kernels is not None, "the copy selects its kernels when it is unpickled, not in a call"
     assert elmo.bilm.precision == nlp.get_pipe("elmo").bilm.precision
     assert np.array_equal(copy(TEXT)._.elmo_data, expected)
 

@@ -6,6 +6,8 @@ import torch
 from conftest import make_nlp, random_bilm
 
 from spacy_elmo import embed_sentences
+from spacy_elmo.kernels import quantized
+from spacy_elmo.kernels.kernel_set import Route
 from spacy_elmo.network.gpu_graphs import CallGraphs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -60,9 +62,12 @@ def test_the_triton_kernels_run_on_cuda_in_fp32_and_bf16():
     bilm = random_bilm().cuda()
     for precision in ("fp32", "bf16"):
         bilm.precision = precision
-        assert bilm.blocking_for_run().gpu.precision == precision
+        kernels = bilm.kernels_for_run()
+        assert kernels.route is Route.TRITON and kernels.gpu.precision == precision
     bilm.precision = "int8"
-    assert bilm.blocking_for_run().gpu is None  # int8 runs torch._int_mm on fixed shapes
+    kernels = bilm.kernels_for_run()
+    assert kernels.gpu is None and kernels.route is Route.INT8  # int8 runs torch._int_mm
+    assert kernels.int8 is quantized.INT8_KERNELS["int_mm"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -5,9 +5,11 @@ import os
 import pytest
 import torch
 
-from spacy_elmo.kernels import onednn
-from spacy_elmo.kernels.batch_invariant import linear_rows
-from spacy_elmo.network.recurrence import LanePlan, Scratch, lane_multiple, step_lanes_for
+from spacy_elmo.kernels import onednn, probes
+from spacy_elmo.kernels.kernel_set import Route
+from spacy_elmo.kernels.select import select
+from spacy_elmo.network.lanes import LanePlan, lane_multiple, step_lanes_for
+from spacy_elmo.network.step_loop import Scratch
 
 needs_onednn = pytest.mark.skipif(
     not onednn.available(torch.device("cpu")), reason="oneDNN's row-count invariance does not hold on this machine"
@@ -52,7 +54,7 @@ def test_long_sums_run_whole_where_the_probe_passes_else_in_blocks(monkeypatch, 
         for rows in (1, 2, 17):
             assert torch.equal(onednn.linear(x[:rows], weight, "fp32", reordered), every_row[:rows])
     monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: False)
-    monkeypatch.setattr(onednn, "_WHOLE_SUMS", {})
+    monkeypatch.setattr(probes, "_ANSWERS", {})
     blocked = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
     assert [block.shape[1] for block in onednn.reordered_blocks(blocked)] == [512, 512, 276]
     assert not onednn.plain_takes(blocked)
@@ -86,7 +88,7 @@ def test_the_whole_sum_probe_does_not_trust_a_sparse_weight(monkeypatch):
     """A zero weight gives zeros in any summation order: the probe runs on a random weight of the
     same shape instead, so its verdict holds for the other weights of that shape."""
     probed = []
-    monkeypatch.setattr(onednn, "_WHOLE_SUMS", {})
+    monkeypatch.setattr(probes, "_ANSWERS", {})
     monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: probed.append(weight))
     onednn.whole_sums_invariant(torch.zeros(48, 1100), "plain")
     assert probed[0].shape == (48, 1100) and bool(probed[0].count_nonzero() > 48 * 1100 // 2)
@@ -96,7 +98,7 @@ def test_the_whole_sum_probe_does_not_trust_a_sparse_weight(monkeypatch):
 
 
 def test_probed_thread_counts_cover_one_to_the_core_count():
-    counts = onednn.probed_thread_counts()
+    counts = probes.probed_thread_counts()
     assert counts[0] == 1 and torch.get_num_threads() in counts
     assert max(counts) >= (os.cpu_count() or 1)
 
@@ -177,12 +179,14 @@ def test_scratch_hands_out_one_buffer_and_grows_it_when_asked_for_more():
 
 
 @needs_onednn
-def test_linear_rows_writes_into_the_buffer_it_is_given_with_the_bias():
+def test_kernels_linear_writes_into_the_buffer_it_is_given_with_the_bias():
+    kernels = select(torch.device("cpu"), "fp32")
+    assert kernels.route is Route.ONEDNN_ANY_ROWS
     generator = torch.Generator().manual_seed(5)
     x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((9, 64), (48, 64), (48,)))
-    fresh = linear_rows(x, weight, bias, rows=4)
+    fresh = kernels.linear(x, weight, bias, rows=4)
     buffer = torch.full((9, 48), float("nan"))
-    written = linear_rows(x, weight, bias, rows=4, out=buffer)
+    written = kernels.linear(x, weight, bias, rows=4, out=buffer)
     assert written.data_ptr() == buffer.data_ptr() and torch.equal(written, fresh)
     assert torch.allclose(fresh, x @ weight.t() + bias, atol=1e-5)
 
@@ -191,21 +195,19 @@ def test_linear_rows_writes_into_the_buffer_it_is_given_with_the_bias():
 def test_a_torch_whose_private_ops_fail_takes_the_public_path(monkeypatch, error):
     """A future torch that lacks oneDNN's private ops (AttributeError), or changed their signature
     (TypeError), makes the probes say no and fp32 run MKL on fixed shapes: slower, never an error."""
-    from spacy_elmo.kernels import kernel_choice, onednn
 
     def gone(*args, **kwargs):
         raise error("torch.ops.mkldnn._reorder_linear_weight: not in this torch")
 
-    caches = (onednn._probe_passes, onednn.bf16_runs, kernel_choice._choose)
     monkeypatch.setattr(onednn, "_reorder", gone)
     monkeypatch.setattr(onednn, "_linear_blocks", gone)
-    for cache in caches:
-        cache.cache_clear()
-    try:
-        assert not onednn.available(torch.device("cpu")) and not onednn.bf16_runs()
-        choice = kernel_choice.choose("fp32", torch.device("cpu"))
-        assert (choice.runs, choice.kernel) == ("fp32", "MKL fp32 on fixed shapes")
-    finally:
-        monkeypatch.undo()
-        for cache in caches:
-            cache.cache_clear()
+    monkeypatch.setattr(probes, "_ANSWERS", {})  # every probe runs again (the old answers come back after)
+    assert not onednn.available(torch.device("cpu")) and not onednn.bf16_runs()
+    kernels = select(torch.device("cpu"), "fp32")
+    assert (kernels.runs, kernels.choice.kernel, kernels.route) == (
+        "fp32",
+        "MKL fp32 on fixed shapes",
+        Route.FIXED_SHAPES,
+    )
+    x, weight = torch.randn(5, 64), torch.randn(8, 64)
+    torch.testing.assert_close(kernels.linear(x, weight), x @ weight.t(), rtol=1e-5, atol=1e-5)

@@ -9,7 +9,8 @@ import torch
 from conftest import make_nlp, random_bilm
 
 from spacy_elmo import embed_sentences
-from spacy_elmo.kernels import kernel_choice, quantized
+from spacy_elmo.kernels import quantized
+from spacy_elmo.kernels.select import select
 
 SENTENCES = [
     ["The", "bank", "raised", "its", "interest", "rates", "."],
@@ -21,11 +22,14 @@ CPU = torch.device("cpu")
 
 def runs_here(precision):
     """A mark skipping a test of ``precision`` where this machine runs exact fp32 in its place."""
-    choice = kernel_choice.decide(precision, CPU)
+    choice = select(CPU, precision).choice
     return pytest.mark.skipif(choice.fell_back, reason=f"{precision} falls back to fp32 here: {choice.reason}")
 
 
 REDUCED = [pytest.param(precision, marks=runs_here(precision)) for precision in ("bf16", "int8")]
+FP32_SUMS = quantized.INT8_KERNELS["fp32_sums"]
+# The int8 kernel this CPU runs (fp32 GEMMs, exact on any CPU, where int8 falls back).
+HERE = select(CPU, "int8").int8 or FP32_SUMS
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -64,8 +68,8 @@ def assert_within(errors, max_abs, min_cosine):
 
 @runs_here("int8")
 def test_int8_is_close_to_fp32_on_the_tiny_preset():
-    # measured, 8-bit weights (VNNI, AMX): max abs 2.5e-3 / 1.7e-3 / 2.4e-3, min cosine 0.999995 / 0.99996 /
-    # 0.99994; 7-bit weights (AVX2 without VNNI): 4.1e-3 / 2.3e-3 / 2.9e-3, 0.999984 / 0.99990 / 0.99990
+    # measured (every int8 kernel gives the same bits): max abs 2.5e-3 / 1.7e-3 / 2.4e-3, min cosine
+    # 0.999995 / 0.99996 / 0.99994
     torch.manual_seed(5)
     errors = layer_errors(random_bilm("tiny"), SENTENCES, "int8")
     assert_within(errors, max_abs=[5e-3, 5e-3, 5e-3], min_cosine=[0.99998, 0.9998, 0.9998])
@@ -73,8 +77,8 @@ def test_int8_is_close_to_fp32_on_the_tiny_preset():
 
 @runs_here("int8")
 def test_int8_is_close_to_fp32_on_the_original_release(fixture_bilm, fixture_sentences):
-    # measured (largest fp32 values 7.1 / 3.0 / 4.6), 8-bit weights: max abs 0.030 / 0.025 / 0.026,
-    # min cosine 0.99960 / 0.99973 / 0.99992; 7-bit weights: 0.038 / 0.026 / 0.033, 0.99929 / 0.99977 / 0.99993
+    # measured (largest fp32 values 7.1 / 3.0 / 4.6): max abs 0.030 / 0.025 / 0.026, min cosine
+    # 0.99960 / 0.99973 / 0.99992
     errors = layer_errors(fixture_bilm, fixture_sentences[0], "int8")
     assert_within(errors, max_abs=[0.06, 0.05, 0.05], min_cosine=[0.999, 0.999, 0.9997])
 
@@ -221,7 +225,7 @@ def test_int8_linear_is_within_the_quantization_bound_and_rows_are_independent()
     bias = torch.randn(37, generator=generator)
     x = torch.randn(20, 300, generator=generator) * torch.rand(20, 1, generator=generator) * 10
     x[4] = 0  # a padding row
-    got = quantized.linear(x, weight, bias)
+    got = quantized.linear(x, weight, HERE, bias)
     assert got.dtype == torch.float32 and got.shape == (20, 37) and got.is_contiguous()
     assert torch.equal(got[4], bias), "a row of zeros gives the bias alone"
     # |x.w - x^.w^| <= s_x / 2 * |w|_1 + s_w / 2 * |x^|_1 (x^, w^: the dequantized operands)
@@ -236,86 +240,150 @@ def test_int8_linear_is_within_the_quantization_bound_and_rows_are_independent()
     error = (got.double() - (x.double() @ weight.double().t() + bias.double())).abs()
     assert error.max() > 0 and (error <= bound + rounding).all()
     for rows in (slice(0, 1), slice(3, 5), slice(7, 20)):  # alone or with other companions: same bits
-        assert torch.equal(quantized.linear(x[rows], weight, bias), got[rows])
+        assert torch.equal(quantized.linear(x[rows], weight, HERE, bias), got[rows])
 
 
-@runs_here("int8")
-def test_int8_sums_are_exact_integers_for_any_shape():
-    """For weights in the range of this CPU's kernel: 127, or 63 where AVX2 without VNNI would
-    saturate int16 pair sums with 8-bit weights."""
-    levels = quantized.int8_kernel(CPU).weight_levels
+def levels_weight(kernel, values, scale):
+    """A ``QuantizedWeight`` of the int8 ``values`` (N, K) and ``scale`` (N,) in ``kernel``'s layout,
+    as ``quantized.quantize_weight`` lays them out (oneDNN's copy at any size)."""
+    if kernel.name == "onednn":
+        return quantized.QuantizedWeight("onednn", scale, onednn=quantized._prepack(values, scale))
+    if kernel.name == "fp32_sums":
+        return quantized.QuantizedWeight("fp32_sums", scale, values_t=values.float().contiguous().t())
+    return quantized.QuantizedWeight("int_mm", scale, values_t=values.contiguous().t())
+
+
+def exact_here(name):
+    """``INT8_KERNELS[name]`` as a parameter, skipped where its probe finds its sums inexact here."""
+    kernel = quantized.INT8_KERNELS[name]
+    inexact = pytest.mark.skipif(not quantized.sums_exact(kernel), reason=f"{name}'s int8 sums are not exact here")
+    return pytest.param(kernel, id=name, marks=inexact)
+
+
+EVERY_KERNEL = [exact_here(name) for name in quantized.INT8_KERNELS]
+
+
+@pytest.mark.parametrize("kernel", EVERY_KERNEL)
+def test_int8_sums_are_exact_integers_for_any_shape(kernel):
+    """127 levels on every kernel: exact integer sums (converted to fp32 as ``Tensor.to`` rounds),
+    with no int16 saturation of pair sums (AVX2 without VNNI would saturate them)."""
     generator = torch.Generator().manual_seed(4)
-    for rows, inner, columns in ((1, 7, 5), (3, 13, 24), (33, 4096, 8)):
+    for rows, inner, columns in ((1, 7, 5), (3, 13, 24), (33, 4096, 8), (5, 1100, 64)):
         a = torch.randint(-127, 128, (rows, inner), dtype=torch.int8, generator=generator)
-        b = torch.randint(-levels, levels + 1, (columns, inner), dtype=torch.int8, generator=generator)
-        exact = a.long() @ b.long().t()
-        assert torch.equal(quantized.int_mm(a, b.t()).long(), exact)
-    extreme, weight = torch.full((2, 4096), -127, dtype=torch.int8), torch.full((2, 4096), -levels, dtype=torch.int8)
-    assert quantized.int_mm(extreme, weight.t()).eq(4096 * 127 * levels).all(), "no int16 saturation"
+        b = torch.randint(-127, 128, (columns, inner), dtype=torch.int8, generator=generator)
+        exact = (a.long() @ b.long().t()).to(torch.float32)
+        assert torch.equal(quantized.channel_scaled_sums(a, levels_weight(kernel, b, torch.ones(columns))), exact)
+    extreme, weight = torch.full((2, 4096), -127, dtype=torch.int8), torch.full((2, 4096), -127, dtype=torch.int8)
+    sums = quantized.channel_scaled_sums(extreme, levels_weight(kernel, weight, torch.ones(2)))
+    assert sums.eq(4096 * 127 * 127).all(), "no int16 saturation"
     too_long = torch.nn.Parameter(torch.ones(2, quantized.MAX_K + 1), requires_grad=False)
     with pytest.raises(ValueError, match="could overflow int32 .* use precision 'bf16' or 'fp32'"):
-        quantized.linear(torch.ones(1, quantized.MAX_K + 1), too_long)
+        quantized.linear(torch.ones(1, quantized.MAX_K + 1), too_long, kernel)
 
 
+def test_fp32_sums_are_exact_for_sums_longer_than_fp32_exact_k():
+    """fp32 GEMMs hold int8 sums exactly up to FP32_EXACT_K products (below 2**24 in any order);
+    past it the blocks add in int32: still the int64 sums, converted to fp32 as ``Tensor.to``
+    rounds them past 2**24, and each row the same whatever rows are beside it."""
+    block = quantized.FP32_EXACT_K
+    assert block * 127 * 127 < 2**24
+    generator = torch.Generator().manual_seed(9)
+    rounded = False
+    for inner in (block - 1, block, block + 1, 2 * block + 3, 4099):
+        a = torch.randint(-127, 128, (40, inner), dtype=torch.int8, generator=generator)
+        b = torch.randint(-127, 128, (inner, 24), dtype=torch.int8, generator=generator)
+        a[0], b[:, 0], a[1], b[:, 1] = 127, 127, 127, 127
+        b[::3, 1] = 126  # a sum past 2**24 that fp32 cannot hold: it must round as Tensor.to rounds
+        sums = a.long() @ b.long()
+        expected = sums.to(torch.float32)
+        rounded = rounded or bool((expected.long() != sums).any())
+        got = quantized.fp32_sums(a, b.float())
+        assert got.dtype == torch.float32 and torch.equal(got, expected), inner
+        for rows in (slice(0, 1), slice(1, 3), slice(5, 22)):
+            assert torch.equal(quantized.fp32_sums(a[rows], b.float()), expected[rows])
+    assert rounded, "some sums were past what fp32 holds exactly"
+
+
+@pytest.mark.parametrize("kernel", EVERY_KERNEL)
+def test_every_exact_int8_kernel_gives_the_bits_of_fp32_sums(kernel):
+    """Which kernel runs changes the speed, never the numbers: random operands, a padding row, and
+    a weight with K > FP32_EXACT_K (summed in several fp32 blocks by fp32_sums)."""
+    generator = torch.Generator().manual_seed(6)
+    for inner in (300, 2500):
+        x = torch.randn(21, inner, generator=generator) * torch.rand(21, 1, generator=generator) * 5
+        x[7] = 0
+        bias = torch.randn(80, generator=generator)
+        weight = torch.nn.Parameter(torch.randn(80, inner, generator=generator), requires_grad=False)
+        through_kernel = quantized.linear(x, weight, kernel, bias)
+        reference = quantized.linear(x, weight, FP32_SUMS, bias)
+        copy = quantized.quantized_weight(weight, kernel)
+        assert copy.kernel == kernel.name and (copy.onednn is not None) == (kernel.name == "onednn"), "its own copy"
+        assert torch.equal(through_kernel, reference), (kernel.name, inner)
+        for rows in (slice(0, 1), slice(6, 9), slice(2, 21)):
+            assert torch.equal(quantized.linear(x[rows], weight, kernel, bias), reference[rows])
+
+
+@pytest.mark.parametrize("kernel", EVERY_KERNEL)
 @pytest.mark.parametrize("shape", [(16, 24), (64, 96)])
-def test_int8_copies_are_quarter_size_and_made_once(shape):
+def test_int8_copies_are_made_once_in_their_kernels_layout(shape, kernel):
+    """oneDNN (K and N of 64 or more) and torch._int_mm keep int8 levels, a quarter of fp32's size;
+    fp32_sums keeps the same levels as fp32 operands. Made once, remade when the weight changes."""
     weight = torch.nn.Parameter(torch.randn(*shape), requires_grad=False)
-    packed = quantized.quantized_weight(weight)
-    kernel = quantized.int8_kernel(CPU)
+    packed = quantized.quantized_weight(weight, kernel)
+    values, scale = quantized.quantize_rows(weight)
     if kernel.name == "onednn" and min(shape) >= 64:
-        assert packed.values_t is None, "one int8 copy only"
-        assert packed.onednn.packed.dtype == torch.int8 and packed.onednn.packed.numel() == weight.numel()
+        assert packed.kernel == "onednn" and packed.values_t is None, "one int8 copy only"
+        assert packed.onednn[0].dtype == torch.int8 and packed.onednn[0].numel() == weight.numel()
     else:
+        dtype = torch.float32 if kernel.name == "fp32_sums" else torch.int8
         assert packed.onednn is None, "small weights go to torch._int_mm"
-        assert packed.values_t.dtype == torch.int8 and packed.values_t.shape == shape[::-1]
+        assert packed.kernel == ("fp32_sums" if kernel.name == "fp32_sums" else "int_mm")
+        assert packed.values_t.dtype == dtype and packed.values_t.shape == shape[::-1]
         assert packed.values_t.t().is_contiguous(), "column-major, the layout _int_mm is fastest with"
-    assert quantized.quantized_weight(weight) is packed
-    values, scale = quantized.quantize_rows(weight, kernel.weight_levels)
-    chunked = quantized._quantize_in_chunks(
-        weight, kernel.weight_levels, rows=5
-    )  # how weights are quantized: a block of rows at a time
+        assert torch.equal(packed.values_t.t(), values.to(dtype)), "the int8 levels themselves"
+    assert quantized.quantized_weight(weight, kernel) is packed
+    chunked = quantized._quantize_in_chunks(weight, rows=5)  # how weights are quantized: a block of rows at a time
     assert torch.equal(chunked[0], values) and torch.equal(chunked[1], scale) and torch.equal(packed.scale, scale)
     with torch.no_grad():
         weight.mul_(2)
-    assert quantized.quantized_weight(weight) is not packed
-    torch.testing.assert_close(quantized.quantized_weight(weight).scale, packed.scale * 2)
+    assert quantized.quantized_weight(weight, kernel) is not packed
+    torch.testing.assert_close(quantized.quantized_weight(weight, kernel).scale, packed.scale * 2)
 
 
-needs_onednn_int8 = pytest.mark.skipif(
-    not quantized.onednn_sums_exact(), reason="oneDNN's int8 sums are not exact on this machine"
-)
-
-
-@needs_onednn_int8
-def test_onednn_int8_sums_are_exact_for_any_row_count():
+@pytest.mark.parametrize("kernel", EVERY_KERNEL)
+def test_int8_sums_are_exact_for_any_row_count(kernel):
     generator = torch.Generator().manual_seed(5)
     for inner, columns in ((7, 5), (112, 64), (4096, 24)):
         a = torch.randint(-127, 128, (70, inner), dtype=torch.int8, generator=generator)
         b = torch.randint(-127, 128, (columns, inner), dtype=torch.int8, generator=generator)
         a[0], b[0] = -127, -127  # a sum past 2**24 for K = 4096: converted as Tensor.to rounds
         scale = torch.rand(columns, generator=generator)
-        weight = quantized.QuantizedWeight(values_t=None, scale=scale, onednn=quantized._prepack(b, scale))
+        weight = levels_weight(kernel, b, scale)
         expected = (a.long() @ b.long().t()).to(torch.float32) * scale
         for rows in (slice(0, 1), slice(0, 2), slice(5, 38), slice(0, 70)):
             assert torch.equal(quantized.channel_scaled_sums(a[rows], weight), expected[rows])
     assert quantized.channel_scaled_sums(a[:0], weight).shape == (0, 24)
 
 
-@needs_onednn_int8
-@pytest.mark.skipif(not quantized.int_mm_sums_exact(127), reason="torch._int_mm saturates 8-bit weights here (no VNNI)")
-def test_int8_results_are_the_same_through_onednn_and_int_mm(monkeypatch):
-    def int8_linear_through(kernel_name):
-        monkeypatch.setattr(quantized, "int8_kernel", lambda device: quantized.Int8Kernel(kernel_name, 127, ()))
-        generator = torch.Generator().manual_seed(6)
-        x = torch.randn(9, 300, generator=generator) * 3
-        bias = torch.randn(80, generator=generator)
-        weight = torch.nn.Parameter(torch.randn(80, 300, generator=generator))
-        return quantized.linear(x, weight, bias), quantized.quantized_weight(weight)
+def test_the_rule_picks_the_first_exact_kernel_the_features_allow():
+    """oneDNN on AMX, torch._int_mm on VNNI, fp32 GEMMs on every CPU: in that order, each only
+    where its probe passes; fp32_sums needs no feature."""
+    from spacy_elmo.kernels import machine
 
-    through_onednn, onednn_copy = int8_linear_through("onednn")
-    through_int_mm, int_mm_copy = int8_linear_through("int_mm")
-    assert onednn_copy.onednn is not None and int_mm_copy.values_t is not None, "the two paths"
-    assert torch.equal(through_int_mm, through_onednn)
+    features = machine.cpu_features()
+    allowed = quantized.exact_int8_kernels(CPU, features)
+    assert [kernel.name for kernel in allowed] == [
+        kernel.name
+        for kernel in quantized.INT8_KERNELS.values()
+        if quantized.sums_exact(kernel) and (not kernel.needs or any(name in features for name in kernel.needs))
+    ]
+    assert quantized.exact_int8_kernels(CPU, frozenset()) == ((FP32_SUMS,) if quantized.sums_exact(FP32_SUMS) else ())
+    chosen = select(CPU, "int8")
+    if allowed:
+        assert chosen.int8 == allowed[0] and chosen.runs == "int8"
+        assert (chosen.choice.slower is not None) == (chosen.int8 is FP32_SUMS)
+    else:
+        assert chosen.int8 is None and chosen.choice.fell_back
 
 
 def test_operand_sends_int8_to_the_quantized_path():
@@ -327,21 +395,24 @@ def test_operand_sends_int8_to_the_quantized_path():
 
 @needs_cuda
 def test_int8_on_cuda_pads_to_the_shapes_cublas_takes():
+    on_cuda = select(torch.device("cuda"), "int8")
+    assert on_cuda.int8 is quantized.INT8_KERNELS["int_mm"] and on_cuda.runs == "int8"
+    kernel = on_cuda.int8
     generator = torch.Generator().manual_seed(5)
     weight = torch.randn(13, 21, generator=generator)
     x = torch.randn(5, 21, generator=generator)
-    on_cpu = quantized.linear(x, torch.nn.Parameter(weight, requires_grad=False))
+    on_cpu = quantized.linear(x, torch.nn.Parameter(weight, requires_grad=False), HERE)
     cuda_weight = torch.nn.Parameter(weight.cuda(), requires_grad=False)
-    on_gpu = quantized.linear(x.cuda(), cuda_weight)
+    on_gpu = quantized.linear(x.cuda(), cuda_weight, kernel)
     assert on_gpu.shape == (5, 13)
     torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-6, atol=1e-6)
     a, _ = quantized.quantize_rows(x.cuda())
-    packed = quantized.quantized_weight(cuda_weight)
+    packed = quantized.quantized_weight(cuda_weight, kernel)
     assert packed.values_t.shape == (24, 16), "K and N padded to multiples of 8"
     exact = quantized.quantize_rows(x)[0].long() @ quantized.quantize_rows(weight)[0].long().t()
     assert torch.equal(quantized.int_mm(a, packed.values_t)[:, :13].cpu().long(), exact)
     for rows in (slice(0, 1), slice(2, 5)):
-        assert torch.equal(quantized.linear(x[rows].cuda(), cuda_weight), on_gpu[rows])
+        assert torch.equal(quantized.linear(x[rows].cuda(), cuda_weight, kernel), on_gpu[rows])
 
 
 @needs_cuda

@@ -126,6 +126,19 @@ def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_pa
     assert scores["perplexity"] == pytest.approx(final["final_dev_ppl"], rel=1e-5)
 
 
+def test_dev_perplexity_runs_the_path_training_runs(corpus, tmp_path, monkeypatch):
+    """Evaluation computes the loss that training computes: the differentiable path, never the
+    inference kernels (which the caller would have to name)."""
+    from spacy_elmo.network import bilm as bilm_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pretraining or its dev perplexity ran the inference kernels")
+
+    monkeypatch.setattr(bilm_module, "inference_runner", refuse)
+    state = train(config(corpus, max_steps=2, eval_every=1), tmp_path / "run")
+    assert [line["dev_ppl"] for line in log_lines(tmp_path / "run") if "dev_ppl" in line] and state.final_dev > 0
+
+
 def test_warmup_cosine_over_steps_rises_then_falls_to_the_final_rate(corpus, tmp_path):
     settings = dict(optimizer="adam", lr=0.01, lr_schedule="warmup-cosine", warmup=0.25, final_lr=0.1)
     train(config(corpus, max_steps=12, **settings), tmp_path / "run")

@@ -2,6 +2,7 @@
 bits do not depend on the rows beside it, and the LSTM runner built on them. tests/test_gpu.py
 runs them compiled on a CUDA GPU."""
 
+import dataclasses
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before Triton defines its own kernels (tests/triton_interpreter.py)
@@ -18,7 +19,8 @@ if torch.cuda.is_available():
 import triton_interpreter  # noqa: E402,F401  (before the kernels are defined)
 
 from spacy_elmo import embed_sentences  # noqa: E402
-from spacy_elmo.kernels.batch_invariant import Blocking  # noqa: E402
+from spacy_elmo.kernels.kernel_set import Route  # noqa: E402
+from spacy_elmo.kernels.select import select  # noqa: E402
 from spacy_elmo.kernels.triton_ops import KernelTiles, Tiles, TritonOps  # noqa: E402
 from spacy_elmo.network.gpu_stacks import Schedule, Stacks, lane_count, run_stacks  # noqa: E402
 from spacy_elmo.network.sentences import reset_state  # noqa: E402
@@ -52,8 +54,12 @@ def small_ops(precision="fp32"):
 
 
 def on_triton(bilm, precision="fp32"):
-    bilm.blocking = Blocking(gpu=small_ops(precision))
+    """``bilm`` running the Triton kernels (small tiles, interpreted) in ``precision``, on the CPU:
+    kernels set by hand are kept (``kernels_for_run`` selects again only for another device)."""
+    cpu = select(torch.device("cpu"), "fp32")
+    bilm.kernels = dataclasses.replace(cpu, route=Route.TRITON, gpu=small_ops(precision))
     bilm.token_cache.capacity = 0
+    assert bilm.kernels_for_run().gpu is bilm.kernels.gpu
     return bilm
 
 

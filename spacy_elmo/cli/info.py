@@ -14,7 +14,7 @@ from ..weights.native import WeightsError, load_bilm
 from .app import app, describe_bilm
 
 if TYPE_CHECKING:
-    from ..kernels.plan import KernelPlan
+    from ..kernels.advice import Advice
 
 
 @app.command()
@@ -24,7 +24,8 @@ def info(
         False,
         "--machine",
         help="What this machine runs for each precision (for the biLM given, else the original model's shapes): "
-        "the kernel, why, its measured speed against fp32 and the timings it was chosen on.",
+        "the kernel and why, and its speed against fp32 measured now at the model's shapes (kept as advice: a "
+        "later load in a precision measured slower than fp32 warns; what runs never depends on it).",
     ),
 ) -> None:
     """Show a native biLM's configuration and size, or (--machine) what each precision runs here."""
@@ -45,43 +46,39 @@ def info(
 
 
 def _machine_report(config: BiLMConfig, model: str) -> None:
-    """One row per precision (and device): what runs, through which kernel, how fast against fp32,
-    why, on which features; then the timings the plans were made from."""
-    import warnings
-
+    """One row per precision (and device): what runs, through which kernel, why, on which
+    features, and its speed against fp32 measured now; then the timings."""
     import torch
 
-    from ..kernels import plan as kernel_plan
-    from ..kernels.kernel_choice import PrecisionFallback
+    from ..kernels import advice
     from ..kernels.machine import cpu_description
+    from ..kernels.select import select
 
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    rows, plans = [], []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", PrecisionFallback)  # the table says it
-        for device in devices:
-            for precision in ("fp32", "bf16", "int8"):
-                plan = kernel_plan.plan_for(config.kernel_shapes(), precision, device)
-                choice = plan.choice
-                runs = choice.runs if not choice.fell_back else "fp32 (fallback)"
-                features = ", ".join(choice.features) or "-"
-                rows.append(
-                    (device.type, precision, runs, choice.kernel, kernel_plan.ratio_text(plan), features, choice.reason)
-                )
-                plans.append((device.type, plan))
-    msg.info(f"{cpu_description()}; torch {torch.__version__}; kernels for {model}")
+    shapes = config.kernel_shapes()
+    rows, measured = [], []
+    for device in devices:
+        for precision in ("fp32", "bf16", "int8"):
+            choice = select(device, precision).choice
+            speed = advice.measure(shapes, precision, device) if choice.runs != "fp32" else None
+            if speed is not None:
+                advice.remember(speed, shapes, device)
+                measured.append((device.type, speed))
+            runs = choice.runs if not choice.fell_back else "fp32 (fallback)"
+            ratio = speed.ratio_text() if speed is not None else "-"
+            why = choice.reason if choice.slower is None else f"{choice.reason}; {choice.slower}"
+            rows.append((device.type, precision, runs, choice.kernel, ratio, ", ".join(choice.features) or "-", why))
+    msg.info(f"{cpu_description()}; torch {torch.__version__}; {torch.get_num_threads()} threads; kernels for {model}")
     header = ("device", "precision", "runs", "kernel", "x fp32 (1 sentence / batch)", "CPU features", "why")
     msg.table(rows, header=header, divider=True)
-    for device_type, plan in plans:
-        if plan.timings:
-            _timings_table(device_type, plan)
+    for device_type, speed in measured:
+        _timings_table(device_type, speed)
 
 
-def _timings_table(device: str, plan: "KernelPlan") -> None:
-    """ms per call of each timed site, per candidate (fp32 first)."""
-    labels = list(plan.timings)
-    sites = list(plan.timings[labels[0]])
-    rows = [(site, *(f"{plan.timings[label].get(site, float('nan')):.3f}" for label in labels)) for site in sites]
-    cached = " (from the cache)" if plan.cached else ""
-    msg.text(f"{device}, {plan.choice.requested}: ms per call at this model's shapes{cached}")
+def _timings_table(device: str, speed: "Advice") -> None:
+    """ms per call of each timed site, fp32 and the precision."""
+    labels = list(speed.timings)
+    sites = list(speed.timings[labels[0]])
+    rows = [(site, *(f"{speed.timings[label].get(site, float('nan')):.3f}" for label in labels)) for site in sites]
+    msg.text(f"{device}, {speed.precision}: ms per call at this model's shapes (fastest of several rounds)")
     msg.table(rows, header=("site", *labels), divider=True)

@@ -18,17 +18,14 @@ matmuls (``quantized``) sum integers exactly, so they need no fixed shapes eithe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+from typing import Callable, Tuple
 
 import torch
 from torch import Tensor
 
-from . import onednn, quantized
-from .onednn import K_BLOCK, holds_at_thread_counts, probed_thread_counts
-from .precision import check_precision, operand
-
-if TYPE_CHECKING:
-    from .triton_ops import TritonOps
+from .onednn import K_BLOCK
+from .precision import operand
+from .probes import holds_at_thread_counts, probed_thread_counts, remembered, smallest_agreeing
 
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
@@ -50,11 +47,8 @@ class Blocking:
     step_lanes: the most sentences per recurrent matmul in fp32 through oneDNN (CPU): there any
         number of rows gives the same results, so a call takes the sentences there are, up to this.
     fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
-    precision: "fp32" (exact), "bf16" or "int8" (see ``precision``).
-    int8_kernel: in int8, the kernel that sums (a name of ``quantized.INT8_KERNELS``), as the
-        model's plan chose it at load (``kernels.plan``); None: ``quantized.int8_kernel``'s.
-    gpu: on a CUDA GPU in fp32 or bf16, the Triton kernels that run everything instead, at each
-        call's own sizes (``triton_ops``; the fixed shapes above are then unused); None elsewhere.
+
+    Which kernels run, and so which of these sizes apply, is the ``Kernels`` object's (``select``).
     """
 
     gemm_rows: int = 256
@@ -64,12 +58,8 @@ class Blocking:
     step_lanes: int = 128
     fused_rows: int = 32
     fused_steps: int = 8
-    precision: str = "fp32"
-    int8_kernel: Optional[str] = None
-    gpu: Optional["TritonOps"] = None
 
     def __post_init__(self) -> None:
-        check_precision(self.precision)
         names = ("gemm_rows", "token_block", "token_block_any_rows", "step_columns", "step_lanes")
         for name in (*names, "fused_rows", "fused_steps"):
             value = getattr(self, name)
@@ -84,7 +74,7 @@ class Blocking:
 
     @classmethod
     def for_device(cls, device: torch.device) -> "Blocking":
-        if device.type == "cuda":  # int8 and the fused cuDNN path; fp32 and bf16 run ``gpu``
+        if device.type == "cuda":  # int8 and the fused cuDNN path; the Triton kernels take any size
             return cls(
                 gemm_rows=8192,
                 token_block=4096,
@@ -125,13 +115,9 @@ def clean_rows(rows: int, weight_t: Tensor, precision: str = "fp32") -> int:
     Raises RuntimeError where no count up to ``rows`` + ``max(8, rows // 4)`` is."""
     if weight_t.device.type != "cpu":
         return rows
-    key = (rows, tuple(weight_t.shape), weight_t.stride(), precision, probed_thread_counts())
-    if key not in _CLEAN_ROWS:
-        _CLEAN_ROWS[key] = _probe_clean_rows(rows, weight_t, precision, key[-1])
-    return _CLEAN_ROWS[key]
-
-
-_CLEAN_ROWS: Dict[Tuple, int] = {}
+    threads = probed_thread_counts()
+    key = ("clean rows", rows, tuple(weight_t.shape), weight_t.stride(), precision, threads)
+    return remembered(key, lambda: _probe_clean_rows(rows, weight_t, precision, threads))
 
 
 def _probe_clean_rows(rows: int, weight_t: Tensor, precision: str, thread_counts: Tuple[int, ...]) -> int:
@@ -154,24 +140,13 @@ def _probe_clean_rows(rows: int, weight_t: Tensor, precision: str, thread_counts
 
         return holds_at_thread_counts(check, thread_counts)
 
-    return smallest_clean_count(
+    return smallest_agreeing(
         rows,
         positions_agree,
         f"No fixed-shape matmul of {{}} rows with a {tuple(weight_t.shape)} weight in {precision} gives every row "
         "position the same bits on this machine: its results would depend on the batch. Run a torch built with "
         "oneDNN (whose row-count probe passes on AVX2 and AVX-512 CPUs), or another precision.",
     )
-
-
-def smallest_clean_count(start: int, agrees: Callable[[int], bool], problem: str) -> int:
-    """The smallest count from ``start`` to ``start + max(8, start // 4)`` for which ``agrees``
-    holds (a block of rows or lanes that a kernel computes alike); else RuntimeError with
-    ``problem``, whose ``{}`` names the range tried."""
-    most = start + max(8, start // 4)
-    for count in range(start, most + 1):
-        if agrees(count):
-            return count
-    raise RuntimeError(problem.format(f"{start} to {most}"))
 
 
 def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor:
@@ -187,66 +162,6 @@ def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor
         else:
             out += torch.mm(*block)
     return out
-
-
-def linear_rows(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    rows: int,
-    precision: str = "fp32",
-    out: Tensor | None = None,
-    int8_kernel: Optional[str] = None,
-) -> Tensor:
-    """Batch-invariant ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N).
-
-    In int8 in one call (exact integer sums, through ``int8_kernel``); where oneDNN's fp32 rows do not depend on the row
-    count (``onednn``), in blocks of ``rows`` rows that need no padding, written into ``out``
-    (M, N) when given (a buffer reused across calls: no fresh pages to fault in); elsewhere on
-    zero-padded blocks of exactly ``rows`` rows."""
-    if precision == "int8":
-        return quantized.linear(x, weight, bias, int8_kernel)
-    if rows_any_count(x.device, precision):
-        reordered = not onednn.plain_takes(weight, precision)  # a plain weight needs no second copy
-        if out is None:
-            out = x.new_empty(x.shape[0], weight.shape[0])
-        for start in range(0, len(x), rows):  # written in place (with the bias): one pass per block
-            block = onednn.linear(x[start : start + rows], weight, precision, reordered)
-            target = out[start : start + rows]
-            if bias is None:
-                target.copy_(block)
-            else:
-                torch.add(block, bias, out=target)
-        return out
-    out = matmul_rows(x, weight.t(), rows, precision)
-    if bias is not None:
-        out += bias
-    return out
-
-
-def step_matmul(x: Tensor, weight: Tensor, blocking: Blocking) -> Tensor:
-    """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls: x (G, K)
-    -> (G, N). int8 through the blocking's kernel (any G gives the same rows); on a CPU where
-    oneDNN's probe passes, through oneDNN (fp32: any G; bf16: G stays the chunk width); elsewhere
-    as one fixed-shape block of G rows."""
-    if blocking.precision == "int8":
-        return quantized.linear(x, weight, kernel=blocking.int8_kernel)
-    if onednn.available(x.device):
-        return onednn.linear(x, weight, blocking.precision)
-    return matmul_rows(x, weight.t(), x.shape[0], blocking.precision)
-
-
-def step_rows(lanes: int, device: torch.device, blocking: Blocking) -> int:
-    """The rows a step matmul of ``lanes`` working lanes takes: the lanes where any row count gives
-    the same rows, else the whole chunk (``blocking.step_columns``)."""
-    return lanes if rows_any_count(device, blocking.precision) else max(lanes, blocking.step_columns)
-
-
-def rows_any_count(device: torch.device, precision: str) -> bool:
-    """Whether matmuls here give each row the same bits whatever the number of rows (then no
-    fixed shapes are needed): int8 anywhere (exact integer sums), fp32 and bf16 through oneDNN on
-    a CPU where its probe passes (bf16: not on AMX, whose tiles change kernels with the rows)."""
-    return precision == "int8" or (precision in ("fp32", "bf16") and onednn.available(device, precision))
 
 
 def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:

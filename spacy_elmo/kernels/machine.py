@@ -1,9 +1,9 @@
 """The machine in words, and the CPU features kernels may rest on.
 
 Every speed figure names its CPU (``cpu_description``). ``cpu_features`` is what the kernel
-choices read (``kernel_choice``): the CPU's own features, less those that oneDNN's
+choices read (``select``): the CPU's own features, less those that oneDNN's
 ``ONEDNN_MAX_CPU_ISA`` cap forbids, so that a capped run makes the decisions a lesser CPU would
-make (the way the tests and ``bench/bench_peer.py --cap`` simulate one).
+make (a cap chooses which kernels may run; it gives neither a lesser CPU's speed nor its rounding).
 """
 
 from __future__ import annotations
@@ -53,32 +53,6 @@ ISA_CAPS: Dict[str, FrozenSet[str]] = {
     "AVX512_CORE_AMX_FP16": _AMX,
     "AVX10_1_512_AMX_FP16": _AMX,
 }
-
-
-# What makes a process run a lesser CPU's kernels: oneDNN's, ATen's and MKL's caps (each library
-# reads its own variable). Used by the capped tests and ``bench/bench_peer.py --cap``.
-SIMULATED_CPUS: Dict[str, Dict[str, str]] = {
-    "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-    "AVX512_CORE": {
-        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
-        "ATEN_CPU_CAPABILITY": "avx512",
-        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
-    },
-}
-
-
-def why_not_cap(cap: str) -> Optional[str]:
-    """Why simulating the lesser CPU ``cap`` (a key of ``SIMULATED_CPUS``) is no simulation here, or
-    None where it is one: a cap only ever lowers. A cap above this CPU would force instructions it
-    lacks (an AMD EPYC Zen 3 capped at AVX512_CORE died of SIGILL); one at its level changes nothing."""
-    own = frozenset(name for name in KERNEL_FEATURES if name in _cpu_flags())
-    allowed = ISA_CAPS[SIMULATED_CPUS[cap]["ONEDNN_MAX_CPU_ISA"]]
-    missing = sorted(allowed - own)
-    if missing:
-        return f"this CPU lacks {', '.join(missing)}: a cap at {cap} would force instructions it does not have"
-    if own <= allowed:
-        return f"this CPU has nothing above {cap}: the cap would change nothing"
-    return None
 
 
 def cpu_model() -> str:

@@ -2,8 +2,8 @@
 
 MKL (torch's default CPU GEMM) chooses its kernel, and so the order of each dot product's sums,
 from the matrix shapes: a sentence computed alone (one row) would round differently from the same
-sentence in a batch, which is why the step loop used to pad every recurrent matmul to a fixed 16
-columns. oneDNN's ``linear`` with a weight it has reordered for itself runs one kernel for any
+sentence in a batch, so through MKL every call keeps a fixed shape (``batch_invariant``).
+oneDNN's ``linear`` with a weight it has reordered for itself runs one kernel for any
 number of rows, so a single sentence can run as one row, at the cost of a GEMV, and a batch as many
 rows, each bitwise the same (measured on AVX-512/AMX and AVX2; ``available`` probes it at run
 time, and where the probe fails the fixed-shape path is used instead). A plain (not reordered)
@@ -23,7 +23,7 @@ rows.
 
 The reordered copy of a weight is made once and kept beside it, like the bfloat16 copies of
 ``precision``. The step loop's weights take one (168 MB for the original model): at a few rows a
-reordered weight runs up to 1.5x faster than a plain one. Position-wise matmuls (``linear_rows``)
+reordered weight runs up to 1.5x faster than a plain one. Position-wise matmuls (``Kernels.linear``)
 run on many rows, where the plain weight is about as fast (2.5% slower for the highways at 256
 rows), and use it as it is wherever it can (``plain_takes``): no copy.
 """
@@ -31,14 +31,14 @@ rows), and use it as it is wherever it can (``plain_takes``): no copy.
 from __future__ import annotations
 
 import functools
-import os
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from . import machine
 from .precision import operand
+from .probes import PROBE_ERRORS, probed_thread_counts, remembered, rows_agree
 from .row_buckets import padded_to_bucket
 from .weight_copies import derived_copy
 
@@ -47,11 +47,6 @@ K_BLOCK = 512
 
 # Row counts the whole-sum probe compares (a single row is padded to two).
 _PROBED_ROWS = (2, 3, 7, 16, 17, 33, 64, 129, 256)  # up to the char encoder's blocks
-
-# What a private op of another torch may raise where a probe calls it: missing (AttributeError),
-# another signature (TypeError), refused on this CPU or build (RuntimeError, NotImplementedError). A
-# probe that meets one says no, and the public path runs: slower, never an error.
-PROBE_ERRORS = (RuntimeError, AttributeError, TypeError, NotImplementedError)
 
 
 def available(device: torch.device, precision: str = "fp32") -> bool:
@@ -62,10 +57,9 @@ def available(device: torch.device, precision: str = "fp32") -> bool:
         return False
     if precision == "bf16" and "amx_bf16" in machine.cpu_features():
         return False  # AMX tiles: seen rounding one element in ten thousand differently, past what a probe finds
-    return _probe_passes(precision)
+    return remembered(("onednn rows", precision, probed_thread_counts()), lambda: _probe_passes(precision))
 
 
-@functools.lru_cache(maxsize=None)
 def _probe_passes(precision: str) -> bool:
     """Compare rows computed 1 to 300 at a time, with a reordered and with a plain weight, at each
     thread count of ``probed_thread_counts``."""
@@ -79,13 +73,16 @@ def _probe_passes(precision: str) -> bool:
         return False
     plain = functools.partial(_linear_blocks, blocks=[weight])
     rows, threads = (1, 2, 3, 7, 16, 17, 33, 64, 129), probed_thread_counts()
-    return _rows_agree(reordered, x, rows, threads) and _rows_agree(plain, x, rows[1:], threads, reordered)
+    return rows_agree(reordered, x, rows, threads) and rows_agree(plain, x, rows[1:], threads, reordered)
 
 
-@functools.lru_cache(maxsize=None)
 def bf16_runs() -> bool:
     """Whether this torch's oneDNN bf16 linear runs on this CPU (torch refuses it on CPUs without
     AVX-512 or AVX-NE-CONVERT) and returns rows close to fp32's."""
+    return remembered("onednn bf16 runs", _bf16_runs)
+
+
+def _bf16_runs() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     generator = torch.Generator().manual_seed(0)
@@ -170,25 +167,16 @@ def whole_sums_invariant(weight: Tensor, layout: str, laid_out: Optional[Tensor]
     ``probed_thread_counts``, on the weight itself (``laid_out``: ``weight`` in that layout; no
     second weight in memory) unless it is too sparse to show the order of its sums (then on a
     random one)."""
-    key = (tuple(weight.shape), layout, probed_thread_counts())
-    if key not in _WHOLE_SUMS:
-        probe = laid_out if laid_out is not None else weight
+    threads = probed_thread_counts()
+
+    def probe() -> bool:
+        sample = laid_out if laid_out is not None else weight
         if int(weight.count_nonzero()) < weight.numel() // 2:
-            probe = torch.randn(weight.shape, generator=torch.Generator().manual_seed(0))
-            probe = _reorder(probe) if layout == "reordered" else probe
-        _WHOLE_SUMS[key] = _rows_agree_on_every_thread_count(probe, key[-1])
-    return _WHOLE_SUMS[key]
+            sample = torch.randn(weight.shape, generator=torch.Generator().manual_seed(0))
+            sample = _reorder(sample) if layout == "reordered" else sample
+        return _rows_agree_on_every_thread_count(sample, threads)
 
-
-_WHOLE_SUMS: Dict[Tuple, bool] = {}
-
-
-def probed_thread_counts() -> Tuple[int, ...]:
-    """1, the powers of two up to the core count, the core count and the current thread count: the
-    counts a process here runs with (each probed count costs the memory of its thread pool)."""
-    cores = os.cpu_count() or 1
-    powers = [2**power for power in range(cores.bit_length()) if 2**power <= cores]
-    return tuple(sorted({*powers, cores, torch.get_num_threads()}))
+    return remembered(("onednn whole sums", tuple(weight.shape), layout, threads), probe)
 
 
 def _rows_agree_on_every_thread_count(weight: Tensor, thread_counts: Tuple[int, ...]) -> bool:
@@ -196,38 +184,4 @@ def _rows_agree_on_every_thread_count(weight: Tensor, thread_counts: Tuple[int, 
     linear = functools.partial(
         torch.ops.mkldnn._linear_pointwise, W=weight, B=None, attr="none", scalars=[], algorithm=""
     )
-    return _rows_agree(linear, x, _PROBED_ROWS, thread_counts)
-
-
-def _rows_agree(
-    linear: Callable[[Tensor], Tensor],
-    x: Tensor,
-    rows: Sequence[int],
-    thread_counts: Sequence[int] = (),
-    reference: Optional[Callable[[Tensor], Tensor]] = None,
-) -> bool:
-    """Whether ``linear(x[:n])`` is bitwise the first n rows of ``reference(x)`` (default
-    ``linear``, all of x at the current thread count) for each n in ``rows``, at each of
-    ``thread_counts`` (none: the current one). False where an op is missing."""
-    try:
-        every_row = (reference or linear)(x)
-        return holds_at_thread_counts(
-            lambda: all(torch.equal(linear(x[:n]), every_row[:n]) for n in rows),
-            thread_counts or (torch.get_num_threads(),),
-        )
-    except PROBE_ERRORS:  # an op this build of torch lacks
-        return False
-
-
-def holds_at_thread_counts(check: Callable[[], bool], thread_counts: Sequence[int]) -> bool:
-    """Whether ``check()`` holds with torch running on each of ``thread_counts`` threads (stops at
-    the first that fails); the thread count is restored."""
-    threads = torch.get_num_threads()
-    try:
-        for count in thread_counts:
-            torch.set_num_threads(count)
-            if not check():
-                return False
-    finally:
-        torch.set_num_threads(threads)
-    return True
+    return rows_agree(linear, x, _PROBED_ROWS, thread_counts)

@@ -3,13 +3,12 @@
 ``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (AMX or
 AVX512_BF16 through oneDNN on recent x86 CPUs, tensor cores on GPUs), accumulating in fp32, and
 returns fp32. ``int8`` quantizes the weights once per output channel and the activations per row
-at each call, and sums the int8 products exactly in int32 (``quantized``): fastest on CPUs with
-int8 dot products (VNNI/AMX), a single sentence included; the least exact. In both, elementwise work
+at each call, and sums the int8 products exactly (``quantized``): fastest on CPUs with int8 dot
+products (VNNI/AMX), a single sentence included, the same bits on every CPU; the least exact. In both, elementwise work
 (gates, cell state, clipping) stays fp32, and results still do not depend on batch companions:
 bf16 matmuls run on fixed shapes where oneDNN's bf16 kernels change with the row count (AMX), and
 on any row count where a probe finds they do not (see ``onednn``); int8 sums are exact integers,
-the same for any row count. Where this machine has no fast kernel for bf16 or int8 they run as
-exact fp32, with a warning (``kernel_choice``).
+the same for any row count. What runs for each precision on this machine is ``select``'s rule.
 
 int8 covers every matmul of inference: the LSTM's input, recurrent and projection weights, and
 the char CNN's convolutions, highways and token projection. The char CNN's share of the error is

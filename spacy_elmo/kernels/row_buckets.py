@@ -2,11 +2,10 @@
 
 oneDNN compiles (JIT) a kernel for each matmul shape it meets and keeps it in its primitive cache,
 up to 1,024 shapes by default. Where any row count gives the same rows (``onednn``, int8), a call
-used to run at the rows it had: every new sentence count in the step loop and every new token
-count in a call's last block brought a new shape, and a service's memory grew with the lengths of
-the docs it met (fixture weights, 3,000 docs through ``nlp(text)`` then ``nlp.pipe``: RSS 348 ->
-603 MB, 283 distinct shapes in the first 2,000 docs). Rounded up to these sizes, zero rows after the
-real ones, the same docs bring 118 shapes and RSS 348 -> 432 MB, level by the end (AMD EPYC Zen 5).
+run at the rows it had would bring a new shape with every new sentence count in the step loop and
+every new token count in a call's last block, and a service's memory would grow with the lengths of
+the docs it met (BENCHMARKS.md: the memory of a long run). Rounded up to these sizes, zero rows after
+the real ones, the shapes are few and the memory levels off.
 
 The sizes: every count up to 8, then four per power of two (10, 12, 14, 16, 20, 24, 28, 32, 40,
 ...): a call pays for at most 25% more rows, and up to 256 rows there are 28 sizes. The zero rows

@@ -6,15 +6,15 @@ forward and backward stacks of ``LstmLayer`` (lstm_layer.py; separate weights, r
 layers, run as ``lstm_paths`` chooses) ->
 layers (L+1, B, T, 2P): layer 0 is the token representation repeated for both directions.
 
-Two ways through the network: under ``torch.no_grad()`` / ``torch.inference_mode()`` every kernel
-runs on fixed shapes (see ``batch_invariant``), so a sentence's layers are bitwise identical
-whatever its batch companions; with gradients enabled, the usual autograd-friendly kernels run
-(pretraining).
+Two ways through the network, each named by its caller: inference (``token_representations``,
+``contextualize``, ``forward``) runs the model's ``Kernels``, so a sentence's layers are bitwise
+identical whatever its batch companions, and computes no gradients; training
+(``char_encoder(...)``, ``contextualize_for_training``, ``forward_for_training``) runs the usual
+autograd-friendly kernels, in pretraining and in its dev perplexity alike.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, cast
 
@@ -22,20 +22,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import kernel_choice, triton_ops
+from ..kernels import advice
 from ..kernels.batch_invariant import Blocking
 from ..kernels.cuda_math import ieee_fp32
-from ..kernels.plan import KernelPlan, plan_for
+from ..kernels.kernel_set import KernelChoice, Kernels
 from ..kernels.precision import check_precision
+from ..kernels.select import check_int8_fits, select
 from ..kernels.triton_ops import TritonOps
 from . import gpu_stacks
 from .char_encoder import CharEncoder
 from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .gpu_graphs import CallGraphs
-from .lstm_layer import LstmLayer
-from .lstm_paths import layer_runner
-from .recurrence import LayerState, LstmState
+from .lstm_layer import LayerState, LstmLayer, LstmState
+from .lstm_paths import LayerRunner, inference_runner, training_runner
 from .token_cache import TokenCache
 
 
@@ -68,8 +68,9 @@ class BiLM(nn.Module):
             step loop), "step" or "fused" (unclipped models only).
         blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
         precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see ``precision``);
-            reads back what runs, which is fp32 where the machine has no fast kernel for the
-            precision asked (``precision_choice`` says which kernel and why; ``kernel_choice``).
+            reads back what runs, which is fp32 where the machine has no kernel for the precision
+            asked. Setting it selects ``kernels`` (``kernels.select``).
+        kernels: what the matmuls run (``Kernels``; None before a precision is set: fp32's).
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
@@ -92,8 +93,7 @@ class BiLM(nn.Module):
         self.blocking: Optional[Blocking] = None
         self.token_cache = TokenCache()
         self.carried_state: Optional[LstmState] = None
-        self._precision = "fp32"
-        self.kernel_plan: Optional[KernelPlan] = None
+        self.kernels: Optional[Kernels] = None
         self.cuda_graphs: Optional[CallGraphs] = CallGraphs()
 
     @property
@@ -102,51 +102,48 @@ class BiLM(nn.Module):
 
     @property
     def precision(self) -> str:
-        """The precision that runs (what ``kernel_plan`` chose for the one asked for)."""
-        return self._precision
+        """The precision that runs (what ``kernels`` run for the one asked for)."""
+        return self.kernels.runs if self.kernels is not None else "fp32"
 
     @precision.setter
     def precision(self, value: str) -> None:
-        """Asks for ``value``; what runs is decided once for this model on this device, by measuring
-        here (``kernels.plan``): the fastest exact kernel, or exact fp32 where none is faster (with
-        one warning). The chosen kernels then run once on two short sentences, so that their probes
-        and weight copies are made now and not in the first call."""
+        """Asks for ``value``: what runs is selected once for this model on this device, from what
+        the machine is (``kernels.select``), with one warning where it falls back or is no faster
+        than fp32 here (``kernels.advice``). The kernels then run once on two short sentences, so
+        that their probes and weight copies are made now and not in the first call."""
         check_precision(value)
-        current = self.kernel_plan
-        if current is not None and current.choice.requested == value and current.device == self.device.type:
+        current = self.kernels
+        if current is not None and current.choice.requested == value and current.device == self.device:
             return
-        plan = plan_for(self.config.kernel_shapes(), value, self.device)
-        if plan.runs == "int8":
-            kernel_choice.check_int8_fits(self)
-        if current is None or (plan.runs, plan.int8_kernel) != (current.runs, current.int8_kernel):
+        kernels = select(self.device, value)
+        if kernels.runs == "int8":
+            check_int8_fits(self)
+        advice.announce(kernels, self.config.kernel_shapes())
+        if current is None or (current.runs, current.int8) != (kernels.runs, kernels.int8):
             self.token_cache.clear()  # its rows were computed another way
-        self._precision, self.kernel_plan = plan.runs, plan
+        self.kernels = kernels
         self._run_kernels_once()
 
     def __getstate__(self) -> Dict[str, Any]:
-        """Pickled (into a spawned worker, say) without its kernel plan: the process that unpickles it
-        may run on another machine, so the plan is made again there when a precision is set (the
+        """Pickled (into a spawned worker, say) without its kernels: the process that unpickles it
+        may run on another machine, so they are selected again there when a precision is set (the
         elmo component sets it when it is unpickled)."""
         state = dict(self.__dict__)
-        state.update(kernel_plan=None, _precision="fp32")
+        state.update(kernels=None)
         return state
 
     @property
-    def precision_choice(self) -> Optional[kernel_choice.KernelChoice]:
+    def precision_choice(self) -> Optional[KernelChoice]:
         """What runs for the precision asked, through which kernel and why (None before one is set)."""
-        return self.kernel_plan.choice if self.kernel_plan is not None else None
+        return self.kernels.choice if self.kernels is not None else None
 
-    def blocking_for_run(self) -> Blocking:
-        """How this call runs: the blocking (``self.blocking``, or the device's) set to the plan's
-        precision, and on a CUDA GPU the Triton kernels of that precision (decided here alone)."""
-        blocking = self.blocking or Blocking.for_device(self.device)
-        if self.kernel_plan is None:
-            blocking = dataclasses.replace(blocking, precision=self._precision)
-        else:
-            blocking = self.kernel_plan.blocking(blocking)
-        if blocking.gpu is not None:
-            return blocking
-        return dataclasses.replace(blocking, gpu=triton_ops.for_device(self.device, blocking.precision))
+    def kernels_for_run(self) -> Kernels:
+        """The kernels of this call: ``kernels`` on ``blocking``'s sizes where one is set (fp32's
+        before a precision is set; selected again if the model moved to another device)."""
+        kernels = self.kernels
+        if kernels is None or kernels.device != self.device:
+            kernels = self.kernels = select(self.device, kernels.choice.requested if kernels is not None else "fp32")
+        return kernels.with_blocking(self.blocking)
 
     def _run_kernels_once(self) -> None:
         bos, eos = self.indexer.bos_token, self.indexer.eos_token
@@ -162,8 +159,15 @@ class BiLM(nn.Module):
         return torch.from_numpy(chars).to(self.device, torch.long), word_ids
 
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
-        """char_ids (B, T, C), 0 at padding positions (a sentence's tokens first), and word ids
-        (B, T) for models with a word embedding -> BiLMOutput."""
+        """Inference on a padded batch: char_ids (B, T, C), 0 at padding positions (a sentence's
+        tokens first), and word ids (B, T) for models with a word embedding -> BiLMOutput."""
+        return self._padded(char_ids, word_ids, training=False)
+
+    def forward_for_training(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
+        """``forward`` through the differentiable path (``contextualize_for_training``)."""
+        return self._padded(char_ids, word_ids, training=True)
+
+    def _padded(self, char_ids: Tensor, word_ids: Optional[Tensor], training: bool) -> BiLMOutput:
         mask = char_ids.gt(0).any(dim=-1)
         lengths = mask.sum(dim=1)
         if not torch.equal(mask, _prefix_mask(lengths, mask.shape[1])):
@@ -171,18 +175,20 @@ class BiLM(nn.Module):
                 "char_ids must hold each sentence's tokens first and padding (all-zero rows) after; "
                 "found a padding position before a token."
             )
-        tokens = self.token_representations(char_ids[mask], word_ids[mask] if word_ids is not None else None)
-        layers, _ = self.contextualize(tokens, lengths.tolist())
+        words = word_ids[mask] if word_ids is not None else None
+        if training:
+            layers = self.contextualize_for_training(self.char_encoder(char_ids[mask], words), lengths.tolist())
+        else:
+            layers, _ = self.contextualize(self.token_representations(char_ids[mask], words), lengths.tolist())
         padded = layers.new_zeros(layers.shape[0], *mask.shape, layers.shape[-1])
         padded[:, mask] = layers
         return BiLMOutput(layers=padded, mask=mask)
 
     def token_representations(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
-        """char_ids (N, C), word_ids (N,) or None -> (N, P); batch-invariant when gradients are off."""
-        if torch.is_grad_enabled():
-            return self.char_encoder(char_ids, word_ids)
-        with ieee_fp32(char_ids.device):
-            return self.char_encoder.forward_invariant(char_ids, self.blocking_for_run(), word_ids)
+        """Inference: char_ids (N, C), word_ids (N,) or None -> (N, P), each token's row bitwise
+        independent of the others (the differentiable path is ``char_encoder(...)``)."""
+        with torch.no_grad(), ieee_fp32(char_ids.device):
+            return self.char_encoder.forward_invariant(char_ids, self.kernels_for_run(), word_ids)
 
     def contextualize(
         self,
@@ -191,7 +197,8 @@ class BiLM(nn.Module):
         initial_state: Optional[LstmState] = None,
         path: Optional[str] = None,
     ) -> Tuple[Tensor, Optional[LstmState]]:
-        """Run both LSTM stacks over packed sentences.
+        """Inference: both LSTM stacks over packed sentences, each sentence's layers bitwise
+        independent of its batch companions, in exact fp32 on GPUs too (no TF32); no gradients.
 
         Args:
             tokens: (N, P) token representations, sentence after sentence (sentence-major).
@@ -202,35 +209,35 @@ class BiLM(nn.Module):
             layers (L+1, N, 2P) and, when ``initial_state`` was given, the state after each
             sentence's last token (for the next call).
         """
-        if sum(lengths) != tokens.shape[0]:
-            raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
-        if torch.is_grad_enabled():  # training: TF32 where the process allows it
-            return self._run_stacks(tokens, lengths, initial_state, path)
-        with ieee_fp32(tokens.device):  # inference: exact fp32 on GPUs too
-            return self._run_stacks(tokens, lengths, initial_state, path)
+        _check_lengths(tokens, lengths)
+        with torch.no_grad(), ieee_fp32(tokens.device):
+            kernels = self.kernels_for_run()
+            if kernels.gpu is not None and (path or self.lstm_path) != "fused":
+                return self._run_on_gpu(kernels.gpu, tokens, lengths, initial_state)
+            stateful = initial_state is not None
+            run = inference_runner(self.config, kernels, list(lengths), path or self.lstm_path, stateful, tokens.device)
+            return self._run_stacks(run, tokens, initial_state, dropout=False)
+
+    def contextualize_for_training(self, tokens: Tensor, lengths: Sequence[int]) -> Tensor:
+        """Training (and its evaluation): the differentiable path, with dropout in train mode and
+        TF32 where the process allows it. tokens (N, P), B lengths -> layers (L+1, N, 2P)."""
+        _check_lengths(tokens, lengths)
+        run = training_runner(list(lengths), tokens.device)
+        layers, _ = self._run_stacks(run, tokens, None, dropout=self.training)
+        return layers
 
     def _run_stacks(
-        self, tokens: Tensor, lengths: Sequence[int], initial_state: Optional[LstmState], path: Optional[str]
+        self, run: LayerRunner, tokens: Tensor, initial_state: Optional[LstmState], dropout: bool
     ) -> Tuple[Tensor, Optional[LstmState]]:
-        """``contextualize`` (see there) under the math settings it chose."""
-        blocking = self.blocking_for_run()
-        if blocking.gpu is not None and not torch.is_grad_enabled() and (path or self.lstm_path) != "fused":
-            return self._run_on_gpu(blocking.gpu, tokens, lengths, initial_state)
-        run = layer_runner(
-            self.config,
-            blocking,
-            list(lengths),
-            path or self.lstm_path,
-            initial_state is not None,
-            tokens.device,
-        )
+        """Both stacks through ``run``, the residual between layers: layers (L+1, N, 2P) and the
+        final state where ``initial_state`` was given."""
         outputs: Dict[Tuple[str, int], Tensor] = {}
         finals: Dict[Tuple[str, int], Optional[LayerState]] = {}
         for direction, stack in (("forward", self.forward_layers), ("backward", self.backward_layers)):
             x = tokens
             for depth, layer in enumerate(cast("Iterable[LstmLayer]", stack)):
                 start = initial_state.layer(direction, depth) if initial_state is not None else None
-                x_in = F.dropout(x, self.config.dropout, self.training and torch.is_grad_enabled())
+                x_in = F.dropout(x, self.config.dropout, dropout)
                 y, finals[direction, depth] = run(layer, x_in, direction, start)
                 if self.config.residual and depth > 0:
                     y = y + x_in
@@ -238,7 +245,7 @@ class BiLM(nn.Module):
         layers = [torch.cat([tokens, tokens], dim=1)]
         for depth in range(self.config.n_layers):
             layers.append(torch.cat([outputs["forward", depth], outputs["backward", depth]], dim=1))
-        # With a start state every runner returns the layer's final state (the step loop: see layer_runner).
+        # With a start state every runner returns the layer's final state (the step loop: see inference_runner).
         complete = cast("Dict[Tuple[str, int], LayerState]", finals)
         final_state = LstmState.from_layers(complete, self.config.n_layers) if initial_state is not None else None
         return torch.stack(layers), final_state
@@ -309,6 +316,11 @@ def checked_indexer(config: BiLMConfig, indexer: Optional[TokenIndexer]) -> Toke
             f"word_vocab_size={config.word_vocab_size}."
         )
     return indexer
+
+
+def _check_lengths(tokens: Tensor, lengths: Sequence[int]) -> None:
+    if sum(lengths) != tokens.shape[0]:
+        raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
 
 
 def _prefix_mask(lengths: Tensor, width: int) -> Tensor:

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels.batch_invariant import Blocking, elementwise_, linear_rows, rows_any_count
+from ..kernels.batch_invariant import elementwise_
+from ..kernels.kernel_set import Kernels
 from .chars import CHAR_PAD
 from .config import BiLMConfig
 
@@ -42,15 +43,12 @@ class Highway(nn.Module):
         gate = torch.sigmoid(self.gate(x))
         return gate * torch.relu(self.transform(x)) + (1 - gate) * x
 
-    def forward_invariant(self, x: Tensor, rows: int, blocking: Blocking) -> Tensor:
-        gate = elementwise_(Tensor.sigmoid_, _linear(x, self.gate, rows, blocking))
-        transform = _linear(x, self.transform, rows, blocking).relu_()
+    def forward_invariant(self, x: Tensor, kernels: Kernels) -> Tensor:
+        """Batch-invariant path: x (n, F) a block of tokens, one matmul block -> (n, F)."""
+        rows = x.shape[0]
+        gate = elementwise_(Tensor.sigmoid_, kernels.linear(x, self.gate.weight, self.gate.bias, rows=rows))
+        transform = kernels.linear(x, self.transform.weight, self.transform.bias, rows=rows).relu_()
         return gate * transform + (1 - gate) * x
-
-
-def _linear(x: Tensor, layer: nn.Linear, rows: int, blocking: Blocking) -> Tensor:
-    """``layer(x)`` through the batch-invariant kernels of ``blocking``: x (M, I) -> (M, O)."""
-    return linear_rows(x, layer.weight, layer.bias, rows, blocking.precision, int8_kernel=blocking.int8_kernel)
 
 
 class CharEncoder(nn.Module):
@@ -96,21 +94,19 @@ class CharEncoder(nn.Module):
         return self.projection(x)
 
     @torch.no_grad()
-    def forward_invariant(self, char_ids: Tensor, blocking: Blocking, word_ids: Optional[Tensor] = None) -> Tensor:
+    def forward_invariant(self, char_ids: Tensor, kernels: Kernels, word_ids: Optional[Tensor] = None) -> Tensor:
         """Batch-invariant path: a token's representation is bitwise independent of the others.
-        Tokens run in blocks of ``blocking.token_block``, the last padded to a whole block; where
-        matmul rows do not depend on the row count, in blocks of ``blocking.token_block_any_rows``,
-        the last padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise
-        functions). char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        Tokens run in blocks of ``kernels.token_blocks()``: on fixed shapes each block padded
+        whole; where matmul rows do not depend on the row count, the last padded only to a
+        multiple of 32 tokens (whole SIMD blocks for the elementwise functions).
+        char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        if blocking.gpu is not None:
-            return self._forward_gpu(char_ids, word_ids, blocking.gpu)
-        any_rows = rows_any_count(char_ids.device, blocking.precision)
-        block = blocking.token_block_any_rows if any_rows else blocking.token_block
-        pad_to = 32 if any_rows else block
+        if kernels.gpu is not None:
+            return self._forward_gpu(char_ids, word_ids, kernels.gpu)
+        block, pad_to = kernels.token_blocks()
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
-        pad_windows = self._pad_windows(blocking.gemm_rows, blocking)
+        pad_windows = self._pad_windows(kernels)
         for start in range(0, n_tokens, block):
             ids = char_ids[start : start + block]
             words = word_ids[start : start + block] if word_ids is not None else None
@@ -118,7 +114,7 @@ class CharEncoder(nn.Module):
             if missing:
                 ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
                 words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
-            encoded = self._encode_block(ids, words, pad_windows, blocking)
+            encoded = self._encode_block(ids, words, pad_windows, kernels)
             out[start : start + block] = encoded[: n_tokens - start]
         return out
 
@@ -144,7 +140,7 @@ class CharEncoder(nn.Module):
         return ops.linear(x, self.projection.weight, self.projection.bias)
 
     def _encode_block(
-        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], blocking: Blocking
+        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels
     ) -> Tensor:
         """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
         projection GEMMs take the whole block (a fixed shape already); the convolution windows go
@@ -159,9 +155,7 @@ class CharEncoder(nn.Module):
             n_windows = windows.shape[1]
             flat = windows.reshape(n_tokens * n_windows, -1)
             weight = conv.weight.reshape(conv.out_channels, -1)
-            scores = linear_rows(
-                flat, weight, None, blocking.gemm_rows, blocking.precision, int8_kernel=blocking.int8_kernel
-            )
+            scores = kernels.linear(flat, weight)
             best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
             if trimmed:
                 best = torch.maximum(best, pad_windows[index])
@@ -169,11 +163,11 @@ class CharEncoder(nn.Module):
             features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
         x = torch.cat(features, dim=1)
         for highway in self._highway_layers():
-            x = highway.forward_invariant(x, n_tokens, blocking)
+            x = highway.forward_invariant(x, kernels)
         if word_ids is not None:
             assert self.word_embedding is not None  # forward_invariant's _check_word_ids
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return _linear(x, self.projection, n_tokens, blocking)
+        return kernels.linear(x, self.projection.weight, self.projection.bias, rows=n_tokens)
 
     def _conv_layers(self) -> Iterable[_Conv1d]:
         """``self.convs``, typed (to a type checker an ``nn.ModuleList`` holds plain Modules)."""
@@ -202,19 +196,14 @@ class CharEncoder(nn.Module):
         keep = min(n_chars, max(longest + widest - 1, widest))
         return char_ids[:, :keep], keep < n_chars
 
-    def _pad_windows(self, rows: Optional[int] = None, blocking: Optional[Blocking] = None) -> List[Tensor]:
+    def _pad_windows(self, kernels: Optional[Kernels] = None) -> List[Tensor]:
         """Each convolution's scores (without bias) on a window of padding characters only;
-        with ``rows`` and ``blocking``, computed by the same kernel as the real windows."""
+        with ``kernels``, computed by the same kernel as the real windows."""
         pad = self.embedding.weight[self.pad_id]  # (E,)
         values = []
         for conv in self._conv_layers():
             width = conv.kernel_size[0]
             window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
             weight = conv.weight.reshape(conv.out_channels, -1)
-            if rows is None or blocking is None:
-                values.append((window @ weight.t())[0])
-            else:
-                values.append(
-                    linear_rows(window, weight, None, rows, blocking.precision, int8_kernel=blocking.int8_kernel)[0]
-                )
+            values.append((window @ weight.t())[0] if kernels is None else kernels.linear(window, weight)[0])
         return values

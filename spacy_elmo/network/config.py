@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
-from ..kernels.plan import ModelShapes
+from ..kernels.advice import ModelShapes
 from .chars import BYTE_ENCODING, MAX_WORD_LENGTH, N_CHARACTERS, TABLE_ENCODING
 
 _ORIGINAL_FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
@@ -81,7 +81,7 @@ class BiLMConfig:
         return dataclasses.replace(self, **changes)
 
     def kernel_shapes(self) -> ModelShapes:
-        """The sizes that set this model's matmul shapes (what its kernel plan is measured at)."""
+        """The sizes that set this model's matmul shapes (what ``info --machine`` times its kernels at)."""
         width, count = max(self.filters, key=lambda pair: (pair[0] * pair[1], pair[0]))
         work = sum(w * n for w, n in self.filters)
         return ModelShapes(

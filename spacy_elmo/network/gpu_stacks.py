@@ -1,6 +1,6 @@
 """Both LSTM stacks of a biLM on a CUDA GPU, through the Triton kernels of ``kernels.triton_ops``.
 
-Sentences stream through lanes as in ``recurrence.LanePlan`` (longest first to the least loaded
+Sentences stream through lanes as in ``lanes.LanePlan`` (longest first to the least loaded
 lane, back to back), but each call sizes its own lanes: as many as make every lane about as busy
 as the longest sentence (``lane_count``), so the steps are as few as the longest sentence needs
 and few lanes idle. Lanes are numbered busiest first, so the lanes at work at a step are a prefix
@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from ..kernels.triton_ops import LayerPair, Starts, StepTables, TritonOps
-from .lstm_layer import LstmLayer
-from .recurrence import LanePlan, LayerState, LstmState
+from .lanes import LanePlan
+from .lstm_layer import LayerState, LstmLayer, LstmState
 
 MOST_LANES = 1024  # a call's lanes: beyond this, more sentences make longer lanes, not more
 

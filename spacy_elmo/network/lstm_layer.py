@@ -1,12 +1,18 @@
-"""One LSTM layer's parameters (one direction): the cell with its projection and clipping. The
-runners in ``recurrence`` (chosen by ``lstm_paths``) compute with them."""
+"""One LSTM layer's parameters (one direction): the cell with its projection and clipping, and the
+state of a stack of them. The runners (``step_loop``, ``fused_lstm``, ``lstm_training``; chosen by
+``lstm_paths``) compute with them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from .config import BiLMConfig
+
+LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 
 
 class LstmLayer(nn.Module):
@@ -46,3 +52,37 @@ class LstmLayer(nn.Module):
         with torch.no_grad():
             self.bias.zero_()
             self.bias[self.cells : 2 * self.cells] = 1.0  # forget gate open at the start
+
+
+@dataclass
+class LstmState:
+    """LSTM state of every layer of both directions: h (2, L, B, P), c (2, L, B, H)."""
+
+    h: Tensor
+    c: Tensor
+
+    _DIRECTIONS = ("forward", "backward")
+
+    @classmethod
+    def zeros(
+        cls, n_layers: int, batch: int, proj: int, cells: int, device: torch.device, dtype: torch.dtype
+    ) -> "LstmState":
+        return cls(
+            h=torch.zeros(2, n_layers, batch, proj, device=device, dtype=dtype),
+            c=torch.zeros(2, n_layers, batch, cells, device=device, dtype=dtype),
+        )
+
+    @classmethod
+    def from_layers(cls, layers: Dict[Tuple[str, int], LayerState], n_layers: int) -> "LstmState":
+        def stacked(part: int) -> Tensor:
+            return torch.stack([torch.stack([layers[d, k][part] for k in range(n_layers)]) for d in cls._DIRECTIONS])
+
+        return cls(h=stacked(0), c=stacked(1))
+
+    @property
+    def batch_size(self) -> int:
+        return self.h.shape[2]
+
+    def layer(self, direction: str, depth: int) -> LayerState:
+        index = self._DIRECTIONS.index(direction)
+        return self.h[index, depth], self.c[index, depth]

@@ -1,5 +1,6 @@
-"""Which LSTM runner a call takes: the differentiable one (pretraining), the fused blocks (CUDA,
-unclipped models) or the exact step loop, and how many sentences the step loop runs side by side."""
+"""Which LSTM runner a call takes, named by the caller: ``inference_runner`` (the exact step loop,
+or torch's fused blocks for unclipped fp32 models on CUDA or when asked) or ``training_runner``
+(differentiable; pretraining and its dev perplexity alike)."""
 
 from __future__ import annotations
 
@@ -8,57 +9,58 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..kernels.batch_invariant import Blocking, rows_any_count
-from . import recurrence
+from ..kernels.kernel_set import Kernels
+from . import fused_lstm, lstm_training, step_loop
 from .config import BiLMConfig
-from .lstm_layer import LstmLayer
-from .recurrence import LanePlan, LayerState, PackedOrder
+from .lanes import LanePlan, step_lanes_for
+from .lstm_layer import LayerState, LstmLayer
 
 # (layer, x (N, I), direction, the layer's start state or None) -> (y (N, P), its final state or None)
 LayerRunner = Callable[[LstmLayer, Tensor, str, Optional[LayerState]], Tuple[Tensor, Optional[LayerState]]]
 
+PATHS = ("auto", "step", "fused")
 
-def layer_runner(
-    config: BiLMConfig, blocking: Blocking, lengths: List[int], path: str, stateful: bool, device: torch.device
+
+def inference_runner(
+    config: BiLMConfig, kernels: Kernels, lengths: List[int], path: str, stateful: bool, device: torch.device
 ) -> LayerRunner:
-    """The runner for one call's LSTM layers (see ``LayerRunner``): ``path`` "auto", "step" or
-    "fused"; ``stateful``: the call starts from a given state (inference only)."""
-    if path not in ("auto", "step", "fused"):
+    """The batch-invariant runner for one call's LSTM layers (see ``LayerRunner``): ``path``
+    "auto", "step" or "fused"; ``stateful``: the call starts from a given state."""
+    if path not in PATHS:
         raise ValueError(f"The LSTM path must be 'auto', 'step' or 'fused', got {path!r}.")
     clipped = config.is_clipped
-    reduced = blocking.precision != "fp32"
-    if path == "fused" and (clipped or stateful or reduced):
+    if path == "fused" and (clipped or stateful or not kernels.exact):
         reason = (
             "the model clips its cells or projections"
             if clipped
             else "stateful runs need the step loop"
             if stateful
-            else f"{blocking.precision} runs the step loop"
+            else f"{kernels.runs} runs the step loop"
         )
         raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
-    if torch.is_grad_enabled():
-        if stateful:
-            raise ValueError("Stateful runs are for inference; call them under torch.no_grad().")
-        order = PackedOrder.build(lengths, device)
-        return lambda layer, x, direction, start: (recurrence.run_differentiable(layer, x, order, direction), None)
-    if path == "fused" or (path == "auto" and not (clipped or stateful or reduced) and device.type == "cuda"):
+    if path == "fused" or (path == "auto" and not (clipped or stateful) and kernels.exact and device.type == "cuda"):
+        blocking = kernels.blocking
         proj = config.projection_dim  # every layer's input is the P-wide output of the one below
-        lanes = recurrence.fused_lanes(proj, config.lstm_dim, proj, blocking, device)
+        lanes = fused_lstm.fused_lanes(proj, config.lstm_dim, proj, blocking.fused_rows, blocking.fused_steps, device)
         plan = LanePlan.build(lengths, lanes, blocking.fused_steps, device)
-        return lambda layer, x, direction, start: recurrence.run_fused_blocks(
-            layer, x, plan, direction, start, blocking
-        )
-    plan = LanePlan.build(lengths, step_width(lengths, blocking, device, config.lstm_dim), 1, device)
-    scratch = recurrence.Scratch()  # the layers run one after another: one input projection buffer
-    return lambda layer, x, direction, start: recurrence.run_step_loop(
-        layer, x, plan, direction, start, blocking, scratch
+        return lambda layer, x, direction, start: fused_lstm.run_fused_blocks(layer, x, plan, direction, start)
+    plan = LanePlan.build(lengths, step_width(lengths, kernels, config.lstm_dim), 1, device)
+    scratch = step_loop.Scratch()  # the layers run one after another: one input projection buffer
+    return lambda layer, x, direction, start: step_loop.run_step_loop(
+        layer, x, plan, direction, start, kernels, scratch
     )
 
 
-def step_width(lengths: List[int], blocking: Blocking, device: torch.device, lstm_dim: int) -> int:
-    """Lanes per chunk of the step loop: in int8, and in fp32 through oneDNN, as many as there
-    are sentences, up to ``step_lanes`` (any row count gives the same rows there); else the
-    fixed ``step_columns`` (bf16: measured 32 as the best balance of one sentence and many)."""
-    if not rows_any_count(device, blocking.precision):
-        return blocking.step_columns
-    return recurrence.step_lanes_for(lengths, blocking.step_lanes, lstm_dim)
+def training_runner(lengths: List[int], device: torch.device) -> LayerRunner:
+    """The differentiable runner (see ``LayerRunner``; no start state)."""
+    order = lstm_training.PackedOrder.build(lengths, device)
+    return lambda layer, x, direction, start: (lstm_training.run_differentiable(layer, x, order, direction), None)
+
+
+def step_width(lengths: List[int], kernels: Kernels, lstm_dim: int) -> int:
+    """Lanes per chunk of the step loop: where any row count gives the same rows, as many as there
+    are sentences, up to ``step_lanes``; else the fixed ``step_columns`` (bf16 on fixed shapes:
+    measured 32 as the best balance of one sentence and many)."""
+    if not kernels.any_rows:
+        return kernels.blocking.step_columns
+    return step_lanes_for(lengths, kernels.blocking.step_lanes, lstm_dim)

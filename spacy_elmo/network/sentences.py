@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .bilm import BiLM
-from .recurrence import LstmState
+from .lstm_layer import LstmState
 
 DEFAULT_BATCH_TOKENS = 4096
 

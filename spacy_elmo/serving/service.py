@@ -138,7 +138,7 @@ def metadata(nlp: Any, settings: ServeSettings) -> Dict[str, Any]:
 
     elmo = next(pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo))
     bilm = elmo.bilm
-    plan = bilm.kernel_plan
+    kernels = bilm.kernels
     return {
         "pipeline": {"name": nlp.meta.get("name"), "version": nlp.meta.get("version"), "lang": nlp.lang},
         "components": nlp.pipe_names,
@@ -147,8 +147,8 @@ def metadata(nlp: Any, settings: ServeSettings) -> Dict[str, Any]:
             "width": bilm.config.output_dim,
             "precision": bilm.precision,
             "device": str(bilm.device),
-            "kernel": None if plan is None else plan.choice.kernel,
-            "speed_x_fp32": None if plan is None else list(plan.speedup),  # one sentence, batch
+            "kernel": None if kernels is None else kernels.choice.kernel,
+            "kernels": None if kernels is None else kernels.description(),
         },
         "spacy_elmo": version("spacy-elmo"),
         "batching": {

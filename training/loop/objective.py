@@ -36,7 +36,7 @@ class LanguageModelLoss(nn.Module):
         """Returns (forward NLL sum, backward NLL sum), each over batch.n_targets predictions."""
         proj = self.bilm.config.projection_dim
         tokens = self.bilm.char_encoder(batch.char_ids, batch.embedding_word_ids)[batch.inverse]
-        layers, _ = self.bilm.contextualize(tokens, batch.lengths)
+        layers = self.bilm.contextualize_for_training(tokens, batch.lengths)
         top = layers[-1]
         forward_hidden = F.dropout(top[batch.forward_source, :proj], self.bilm.config.dropout, self.training)
         backward_hidden = F.dropout(top[batch.backward_source, proj:], self.bilm.config.dropout, self.training)

@@ -1,0 +1,149 @@
+"""``select``: the one decision of what a model's matmuls run, made once when a precision is set.
+
+What runs is a pure function of what the machine is (its CPU features as ``ONEDNN_MAX_CPU_ISA``
+caps them, exactness probes of the kernels, the CUDA device, torch's version, the thread count)
+and the precision asked for. Nothing is timed: a machine busy with other work loads the same
+kernels and gives the same vectors as a quiet one. How fast each precision is here is advice
+(``advice``), printed by ``info --machine`` and warned about at load, never a switch.
+
+The rules (CPU; the first row that applies; ``info --machine`` prints what applies here):
+
+- fp32: oneDNN at any row count where its probe finds rows independent of the row count at every
+  thread count (AVX2 and AVX-512 CPUs); else MKL on fixed shapes.
+- bf16: needs bfloat16 dot products (``avx512_bf16`` or ``amx_bf16``) and this torch's oneDNN bf16
+  linear: without AMX at any row count (probed), on AMX on fixed row counts (its tiles change
+  kernels with the row count). Without them bf16 runs exact fp32 (``PrecisionFallback``, naming
+  the missing feature): converting in software was 3 to 4 times slower than fp32, and AVX2-only
+  torch refuses bf16 linears.
+- int8: the first exact kernel of ``quantized.INT8_KERNELS`` the features allow: oneDNN on AMX
+  (``amx_int8``), ``torch._int_mm`` on VNNI (``avx512_vnni``, ``avx_vnni``), fp32 GEMMs on every
+  other CPU (int8's numbers at about fp32's speed: the choice says so, and a load warns once).
+  All give the same bits, so the features change the speed, never the numbers.
+
+On a CUDA GPU fp32 and bf16 run the Triton kernels (``triton_ops``) where Triton is installed, int8
+``torch._int_mm``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from . import machine, onednn, quantized, triton_ops
+from .batch_invariant import Blocking
+from .kernel_set import KernelChoice, Kernels, Route
+from .precision import check_precision
+
+BF16_FEATURES = ("amx_bf16", "avx512_bf16")
+
+
+class PrecisionFallback(UserWarning):
+    """A reduced precision runs as exact fp32 on this machine: it has no kernel for it."""
+
+
+def select(device: torch.device, precision: str, blocking: Optional[Blocking] = None) -> Kernels:
+    """The kernels that run ``precision`` on ``device`` (the same for the same machine, torch,
+    thread count and settings), on ``blocking``'s fixed sizes (default: the device's)."""
+    check_precision(precision)
+    if device.type == "cuda":
+        choice, route, int8 = _on_cuda(precision)
+    else:
+        choice, route, int8 = _on_cpu(precision, machine.cpu_features())
+    gpu = triton_ops.for_device(device, choice.runs) if route is Route.TRITON else None
+    return Kernels(device, choice, route, blocking or Blocking.for_device(device), int8, gpu)
+
+
+Decision = Tuple[KernelChoice, Route, Optional[quantized.Int8Kernel]]
+
+
+def _on_cpu(precision: str, features: frozenset) -> Decision:
+    if precision == "bf16":
+        return _bf16_on_cpu(features)
+    if precision == "int8":
+        return _int8_on_cpu(features)
+    return _fp32_on_cpu(features)
+
+
+def _fp32_on_cpu(features: frozenset, requested: str = "fp32", why_not: Optional[str] = None) -> Decision:
+    vector = tuple(name for name in ("avx512f", "avx2") if name in features)[:1]
+    if onednn.available(torch.device("cpu")):
+        kernel, route = "oneDNN fp32, any row count", Route.ONEDNN_ANY_ROWS
+        reason = "exact; oneDNN's rows were probed independent of the row count on this CPU"
+    else:
+        kernel, route = "MKL fp32 on fixed shapes", Route.FIXED_SHAPES
+        reason = "exact; oneDNN's row-count probe failed here"
+    if why_not is not None:
+        kernel, reason, vector = "exact fp32 in its place", why_not, ()
+    return KernelChoice(requested, "fp32", kernel, reason, vector), route, None
+
+
+def _bf16_on_cpu(features: frozenset) -> Decision:
+    present = tuple(name for name in BF16_FEATURES if name in features)
+    if not present:
+        return _fp32_on_cpu(
+            features,
+            "bf16",
+            "it needs bfloat16 dot products (AVX512_BF16 or AMX, CPU features avx512_bf16 or amx_bf16), and this "
+            "CPU has neither: its bf16 matmuls would convert in software, 3 to 4 times slower than fp32 "
+            "(or be refused by torch on AVX2-only CPUs).",
+        )
+    if not onednn.bf16_runs():
+        why = f"this torch's oneDNN bf16 linear did not run on this CPU ({', '.join(present)})."
+        return _fp32_on_cpu(features, "bf16", why)
+    if onednn.available(torch.device("cpu"), "bf16"):
+        kernel, route = "oneDNN bf16, any row count", Route.ONEDNN_ANY_ROWS
+        why = "rows probed independent of the row count on this CPU"
+    else:
+        kernel = "oneDNN bf16 on fixed shapes"
+        route = Route.ONEDNN_FIXED_ROWS if onednn.available(torch.device("cpu")) else Route.FIXED_SHAPES
+        why = "its kernels change with the row count here (AMX tiles), so calls keep a fixed 32-row shape"
+    reason = f"bfloat16 dot products, fp32 accumulation; {why}"
+    return KernelChoice("bf16", "bf16", kernel, reason, present), route, None
+
+
+def _int8_on_cpu(features: frozenset) -> Decision:
+    kernels = quantized.exact_int8_kernels(torch.device("cpu"), features)
+    if not kernels:
+        return _fp32_on_cpu(features, "int8", "no int8 kernel summed exactly in this torch's probes.")
+    kernel = kernels[0]
+    present = tuple(name for name in kernel.needs if name in features)
+    slower = None
+    if not kernel.needs:
+        slower = (
+            "this CPU has no int8 dot products that sum in int32 (VNNI: avx512_vnni or avx_vnni; AMX: amx_int8), "
+            "so int8's exact sums run through fp32 GEMMs: int8's numbers at about fp32's speed."
+        )
+    reason = "exact integer sums: the same bits as every other int8 kernel"
+    return KernelChoice("int8", "int8", kernel.title, reason, present, slower), Route.INT8, kernel
+
+
+def _on_cuda(precision: str) -> Decision:
+    if precision == "int8":
+        int_mm = quantized.INT8_KERNELS["int_mm"]
+        return KernelChoice("int8", "int8", "torch._int_mm (cuBLASLt)", "exact integer sums"), Route.INT8, int_mm
+    triton = triton_ops.triton_available()
+    route = Route.TRITON if triton else Route.FIXED_SHAPES
+    if precision == "bf16":
+        if not torch.cuda.is_bf16_supported():
+            why = "this GPU has no bfloat16 arithmetic (compute capability 8.0 or later has)."
+            return _fp32_on_cuda(triton, "bf16", why)
+        name = "Triton bf16 (tensor cores, fp32 sums)" if triton else "cuBLAS bf16 (tensor cores)"
+        return KernelChoice("bf16", "bf16", name, "this GPU computes in bfloat16"), route, None
+    return _fp32_on_cuda(triton)
+
+
+def _fp32_on_cuda(triton: bool, requested: str = "fp32", why_not: Optional[str] = None) -> Decision:
+    route = Route.TRITON if triton else Route.FIXED_SHAPES
+    kernel = "Triton fp32 (IEEE, fixed tiles)" if triton else "torch on cuda (fixed shapes)"
+    if why_not is not None:
+        return KernelChoice(requested, "fp32", "exact fp32 in its place", why_not), route, None
+    return KernelChoice("fp32", "fp32", kernel, "exact; the default"), route, None
+
+
+def check_int8_fits(model: torch.nn.Module) -> None:
+    """Refuse int8 for a model with a matmul summing more than ``quantized.MAX_K`` products: its
+    int32 sums could overflow. Raises ValueError naming the weight and the alternative."""
+    for name, weight in model.named_parameters():
+        if weight.dim() >= 2:
+            quantized.check_sum_length(weight[0].numel(), f"this model (its weight {name})")
