@@ -542,7 +542,7 @@ def roof_lines(report: dict) -> list:
     )
     if "1 sentence" in peer:
         lines[-1] += f" ({roof['weight_read_words_per_s_1_row'] / peer['1 sentence']:.1f}x the peer at one sentence)"
-    lines[-1] += "; int8 reads a quarter of those bytes."
+    lines[-1] += "; int8 through int8 dot products (VNNI, AMX) reads a quarter of those bytes."
     if "read_gb_per_s" in roof:
         lines[-1] += (
             f" For comparison, summing a tensor of the same {roof['step_weight_mb']:.0f} MB runs at "

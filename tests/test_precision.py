@@ -327,13 +327,20 @@ def test_every_exact_int8_kernel_gives_the_bits_of_fp32_sums(kernel):
 @pytest.mark.parametrize("shape", [(16, 24), (64, 96)])
 def test_int8_copies_are_made_once_in_their_kernels_layout(shape, kernel):
     """oneDNN (K and N of 64 or more) and torch._int_mm keep int8 levels, a quarter of fp32's size;
-    fp32_sums keeps the same levels as fp32 operands. Made once, remade when the weight changes."""
+    fp32_sums keeps the same levels as fp32 operands, in oneDNN's layout where this torch has it
+    (K blocks of FP32_EXACT_K). Made once, remade when the weight changes."""
     weight = torch.nn.Parameter(torch.randn(*shape), requires_grad=False)
     packed = quantized.quantized_weight(weight, kernel)
     values, scale = quantized.quantize_rows(weight)
     if kernel.name == "onednn" and min(shape) >= 64:
         assert packed.kernel == "onednn" and packed.values_t is None, "one int8 copy only"
         assert packed.onednn[0].dtype == torch.int8 and packed.onednn[0].numel() == weight.numel()
+    elif kernel.name == "fp32_sums" and quantized.onednn_fp32_runs():
+        assert packed.values_t is None and packed.onednn is None, "one copy: oneDNN's"
+        assert len(packed.blocks) == -(-shape[1] // quantized.FP32_EXACT_K)
+        assert all(block.dtype == torch.float32 for block in packed.blocks)
+        levels = torch.randint(-127, 128, (3, shape[1]), dtype=torch.int8)
+        assert torch.equal(quantized.channel_scaled_sums(levels, packed), (levels.long() @ values.long().t()) * scale)
     else:
         dtype = torch.float32 if kernel.name == "fp32_sums" else torch.int8
         assert packed.onednn is None, "small weights go to torch._int_mm"

@@ -22,7 +22,9 @@ bits for the same activation, on any CPU: which one runs changes the speed, neve
   VNNI, AVX2 multiplies pairs of bytes into saturating int16 or runs a reference loop.
 - ``fp32_sums``: the int8 values as fp32 operands of fp32 GEMMs over blocks of at most
   ``FP32_EXACT_K`` products, whose every partial sum is an integer below 2**24 and so exact in any
-  order; the blocks' sums are added in int32. Any CPU: int8's numbers at about fp32's speed.
+  order, whatever kernel computes it; the blocks' sums are added in int32. Any CPU: int8's numbers
+  somewhat slower than fp32 (through oneDNN's own weight layout where this torch has it: at a few rows
+  it ran 2x faster than MKL on a plain weight).
 
 Each kernel is used only where a probe finds its sums exact for 1 to 300 rows (``_sums_exact``).
 The quantized copy of a weight is made once and kept beside it (``weight_copies``).
@@ -80,7 +82,8 @@ class QuantizedWeight:
 
     kernel: the ``INT8_KERNELS`` name. values_t: the levels transposed (K', N'), column-major: int8
         for ``int_mm`` (K' >= K and N' >= N padded with zeros where CUDA needs it), fp32 for
-        ``fp32_sums``; None for ``onednn``, whose prepacked copy is ``onednn``.
+        ``fp32_sums``; None for ``onednn``, whose prepacked copy is ``onednn``, and for
+        ``fp32_sums`` laid out for oneDNN in ``blocks`` (fp32 levels, K blocks of ``FP32_EXACT_K``).
     scale: (N,) fp32, one per output channel.
     """
 
@@ -88,27 +91,29 @@ class QuantizedWeight:
     scale: Tensor
     values_t: Optional[Tensor] = None
     onednn: Optional[Tuple[Tensor, Tensor, Tensor]] = None
+    blocks: Optional[Tuple[Tensor, ...]] = None
 
     @property
     def out_features(self) -> int:
         return self.scale.shape[0]
 
 
-def quantize_rows(x: Tensor) -> Tuple[Tensor, Tensor]:
+def quantize_rows(x: Tensor, dtype: torch.dtype = torch.int8) -> Tuple[Tensor, Tensor]:
     """Symmetric per-row int8 quantization, rounding to nearest.
 
     Args:
-        x: (M, K) float.
+        x: (M, K) float. dtype: the values' type: int8, or fp32 holding the same integers (what
+            ``fp32_sums`` multiplies, without a conversion).
     Returns:
-        values (M, K) int8 in [-127, 127] and scale (M,) fp32 with values * scale[:, None] ~ x; a
-        row of zeros (padding) gets scale 0 and zeros, without NaN.
+        values (M, K) in [-127, 127] and scale (M,) fp32 with values * scale[:, None] ~ x; a row of
+        zeros (padding) gets scale 0 and zeros, without NaN.
     """
     x = x.float()
     scale = x.abs().amax(dim=1) / INT8_MAX
     # A scale too small for a finite reciprocal only comes from a row of zeros or of subnormals.
     usable = scale >= torch.finfo(torch.float32).tiny
     inverse = torch.where(usable, scale.reciprocal(), torch.zeros_like(scale))
-    values = (x * inverse[:, None]).round_().clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    values = (x * inverse[:, None]).round_().clamp_(-INT8_MAX, INT8_MAX).to(dtype)
     return values, torch.where(usable, scale, torch.zeros_like(scale))
 
 
@@ -136,7 +141,10 @@ def quantize_weight(weight: Tensor, kernel: Int8Kernel) -> QuantizedWeight:
         if kernel.name == "onednn" and min(weight.shape) >= _ONEDNN_MIN_SIZE:
             return QuantizedWeight("onednn", scale, onednn=_prepack(values, scale))
         if kernel.name == "fp32_sums":
-            return QuantizedWeight("fp32_sums", scale, values_t=values.float().contiguous().t())
+            levels = values.float()
+            if weight.device.type == "cpu" and onednn_fp32_runs():
+                return QuantizedWeight("fp32_sums", scale, blocks=_onednn_blocks(levels))
+            return QuantizedWeight("fp32_sums", scale, values_t=levels.contiguous().t())
         multiple = _CUDA_MULTIPLE if weight.device.type == "cuda" else 1
         padding = (0, -values.shape[1] % multiple, 0, -values.shape[0] % multiple)
         if any(padding):
@@ -165,7 +173,7 @@ def linear(x: Tensor, weight: Tensor, kernel: Int8Kernel, bias: Optional[Tensor]
     """
     if x.shape[1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[1]} features but the weight takes {weight.shape[1]}.")
-    values, x_scale = quantize_rows(x)
+    values, x_scale = quantize_rows(x, torch.float32 if kernel.name == "fp32_sums" else torch.int8)
     out = channel_scaled_sums(values, quantized_weight(weight, kernel)).mul_(x_scale[:, None])
     if bias is not None:
         out.add_(bias)
@@ -178,7 +186,7 @@ def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
     on every kernel.
 
     Args:
-        values: (M, K) int8, any M >= 0.
+        values: (M, K) int8 (or, for ``fp32_sums``, fp32 holding int8 levels), any M >= 0.
     Returns:
         (M, N) fp32, contiguous.
     """
@@ -186,6 +194,8 @@ def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
         return values.new_zeros((0, weight.out_features), dtype=torch.float32)
     if weight.onednn is not None:
         return _onednn_scaled_sums(values, weight.onednn)
+    if weight.blocks is not None:
+        return _onednn_fp32_sums(values, weight.blocks).mul_(weight.scale)
     assert weight.values_t is not None  # quantize_weight sets values_t where it sets no oneDNN copy
     if weight.kernel == "fp32_sums":
         return fp32_sums(values, weight.values_t).mul_(weight.scale)
@@ -208,7 +218,7 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
 
 
 def fp32_sums(a: Tensor, b: Tensor) -> Tensor:
-    """``fp32(a @ b)`` for a (M, K) int8 and b (K, N) fp32 holding int8 levels, computed by fp32
+    """``fp32(a @ b)`` for a (M, K) int8 levels (int8 or fp32) and b (K, N) fp32 levels, computed by fp32
     GEMMs over K blocks of ``FP32_EXACT_K`` (each exact whatever its order of sums) added in int32.
     Returns (M, N) fp32."""
     a_float = a.float()
@@ -221,6 +231,47 @@ def fp32_sums(a: Tensor, b: Tensor) -> Tensor:
         total = part if total is None else total.add_(part)
     assert total is not None  # inner > FP32_EXACT_K: at least two blocks
     return total.to(torch.float32)
+
+
+def _onednn_blocks(levels: Tensor) -> Tuple[Tensor, ...]:
+    """levels (N, K) fp32 -> K blocks of ``FP32_EXACT_K`` columns in oneDNN's layout."""
+    inner = levels.shape[1]
+    return tuple(
+        torch.ops.mkldnn._reorder_linear_weight(levels[:, start : start + FP32_EXACT_K].contiguous(), 16)
+        for start in range(0, inner, FP32_EXACT_K)
+    )
+
+
+def _onednn_fp32_sums(a: Tensor, blocks: Tuple[Tensor, ...]) -> Tensor:
+    """``fp32_sums`` through oneDNN: a (M, K) int8 levels (int8 or fp32), K blocks laid out by ``_onednn_blocks`` ->
+    (M, N) fp32, the rows padded to their bucket (``row_buckets``: oneDNN compiles a kernel per shape)."""
+    rows = a.shape[0]
+    a_float = padded_to_bucket(a.float())
+    if len(blocks) == 1:
+        return _onednn_linear(a_float, blocks[0])[:rows]
+    total = None
+    for index, block in enumerate(blocks):
+        start = index * FP32_EXACT_K
+        part = _onednn_linear(a_float[:, start : start + FP32_EXACT_K].contiguous(), block).to(torch.int32)
+        total = part if total is None else total.add_(part)
+    assert total is not None  # at least one block
+    return total[:rows].to(torch.float32)
+
+
+def _onednn_linear(x: Tensor, weight: Tensor) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+
+def onednn_fp32_runs() -> bool:
+    """Whether this torch has oneDNN's fp32 linear on a reordered weight and it sums int8 levels
+    exactly here (``_sums_exact``); probed once per process."""
+    return remembered("int8 sums through oneDNN fp32", _probe_onednn_fp32)
+
+
+def _probe_onednn_fp32() -> bool:
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return _sums_exact(lambda a, w, scale: _onednn_fp32_sums(a, _onednn_blocks(w.float())).mul_(scale))
 
 
 def _prepack(values: Tensor, scale: Tensor) -> Tuple[Tensor, Tensor, Tensor]:

@@ -17,7 +17,7 @@ The rules (CPU; the first row that applies; ``info --machine`` prints what appli
   torch refuses bf16 linears.
 - int8: the first exact kernel of ``quantized.INT8_KERNELS`` the features allow: oneDNN on AMX
   (``amx_int8``), ``torch._int_mm`` on VNNI (``avx512_vnni``, ``avx_vnni``), fp32 GEMMs on every
-  other CPU (int8's numbers at about fp32's speed: the choice says so, and a load warns once).
+  other CPU (int8's numbers, no faster than fp32: the choice says so, and a load warns once).
   All give the same bits, so the features change the speed, never the numbers.
 
 On a CUDA GPU fp32 and bf16 run the Triton kernels (``triton_ops``) where Triton is installed, int8
@@ -112,7 +112,7 @@ def _int8_on_cpu(features: frozenset) -> Decision:
     if not kernel.needs:
         slower = (
             "this CPU has no int8 dot products that sum in int32 (VNNI: avx512_vnni or avx_vnni; AMX: amx_int8), "
-            "so int8's exact sums run through fp32 GEMMs: int8's numbers at about fp32's speed."
+            "so int8's exact sums run through fp32 GEMMs: int8's numbers, no faster than fp32."
         )
     reason = "exact integer sums: the same bits as every other int8 kernel"
     return KernelChoice("int8", "int8", kernel.title, reason, present, slower), Route.INT8, kernel
