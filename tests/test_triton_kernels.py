@@ -74,6 +74,17 @@ def test_linear_computes_x_times_w_plus_bias_in_its_precision(precision, toleran
     assert float((got.double() - expected).abs().max()) < tolerance * float(expected.abs().max())
 
 
+def test_the_kernels_entry_points_run_triton_on_its_route():
+    """What `info --machine` times on a GPU: Kernels.linear and step_matmul are the Triton linear there."""
+    torch.manual_seed(2)
+    x, weight, bias = torch.randn(5, 24), torch.randn(40, 24), torch.randn(40)
+    ops = small_ops("bf16")
+    kernels = dataclasses.replace(select(torch.device("cpu"), "fp32"), route=Route.TRITON, gpu=ops)
+    assert torch.equal(kernels.linear(x, weight, bias), ops.linear(x, weight, bias))
+    assert torch.equal(kernels.step_matmul(x, weight), ops.linear(x, weight))
+    assert not torch.equal(kernels.step_matmul(x, weight), x @ weight.T), "bf16 products, not fp32's"
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(precision):
     torch.manual_seed(1)
