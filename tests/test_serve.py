@@ -12,8 +12,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import orjson
 import pytest
 from conftest import with_this_checkout
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 httpx = pytest.importorskip("httpx")
@@ -45,6 +48,10 @@ BAD_BODIES = [
     (json.dumps({"texts": ["a" * (LIMITS.max_chars + 1)]}).encode(), 413, "characters; the limit is"),
     (json.dumps({"words": [["a"] * (LIMITS.max_words + 1)]}).encode(), 413, "words; the limit is"),
     (b" " * (LIMITS.max_body_bytes + 1), 413, "bytes; the limit is"),
+    (b'{"texts": ["a \\ud800 b"]}', 422, "texts[0] holds a lone UTF-16 surrogate (\\ud800) at character 2"),
+    (b'{"words": [["ok", "\\udfff"]]}', 422, "words[0][1] holds a lone UTF-16 surrogate"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    (b'{"texts": [' + b"7" * 5000 + b"]}", 400, "cannot be read"),
 ]
 
 
@@ -53,6 +60,45 @@ def test_each_bad_request_is_refused_with_its_status_and_what_to_fix(body, statu
     with pytest.raises(BadRequest) as refused:
         parse_request(body, LIMITS)
     assert refused.value.status == status and message in refused.value.message
+
+
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**40), max_value=10**40),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.sampled_from(["\ud800", "a\udfff", "\ud83d\ude00", "", "mix", "float16", "x" * 30]),
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+FIELDS = st.sampled_from(["texts", "words", "tokens", "dtype", "colour", "\ud800", "t" * 200])
+BODIES = st.one_of(
+    st.binary(max_size=200),
+    JSON_VALUES.map(lambda value: json.dumps(value).encode()),
+    st.dictionaries(FIELDS, JSON_VALUES, max_size=4).map(lambda value: json.dumps(value).encode()),
+    st.integers(min_value=1, max_value=200_000).map(lambda depth: b"[" * depth + b"]" * depth),
+    st.integers(min_value=4000, max_value=6000).map(lambda digits: b'{"texts": [' + b"9" * digits + b"]}"),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=BODIES)
+def test_no_body_a_client_sends_is_an_error_of_the_service(body):
+    """Any bytes: a request the service can answer (every string writable back as UTF-8), or a 4xx
+    whose message can be written as JSON; never another exception (a 5xx)."""
+    try:
+        parsed = parse_request(body, LIMITS)
+    except BadRequest as refused:
+        assert 400 <= refused.status < 500
+        orjson.dumps({"error": refused.message})
+        return
+    strings = parsed.texts if parsed.texts is not None else [word for words in parsed.words for word in words]
+    assert all(isinstance(text, str) and text.encode("utf-8") is not None for text in strings)
+    assert parsed.tokens in ("mix", "layers", "none") and parsed.dtype in ("float32", "float16")
 
 
 def test_a_good_request_reads_back_as_sent():

@@ -69,11 +69,15 @@ def parse_request(body: bytes, limits: ServeLimits) -> EmbedRequest:
         raise BadRequest(400, f"the body is not UTF-8 (byte {err.start}): encode the JSON as UTF-8") from None
     except json.JSONDecodeError as err:
         raise BadRequest(400, f"the body is not JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    except RecursionError:
+        raise BadRequest(400, "the body's JSON is nested too deeply to read: send a flat object") from None
+    except ValueError as err:  # a number past Python's 4,300 digits
+        raise BadRequest(400, f"the body's JSON holds a value that cannot be read: {err}") from None
     if not isinstance(data, dict):
         raise BadRequest(422, f'expected a JSON object such as {{"texts": [...]}}, got {type(data).__name__}')
     unknown = sorted(set(data) - {"texts", "words", "tokens", "dtype"})
     if unknown:
-        raise BadRequest(422, f"unknown fields {unknown}; the fields are texts or words, tokens, dtype")
+        raise BadRequest(422, f"unknown fields {_shown(unknown)}; the fields are texts or words, tokens, dtype")
     tokens = _choice(data, "tokens", TOKEN_OUTPUTS)
     dtype = _choice(data, "dtype", DTYPES)
     if ("texts" in data) == ("words" in data):
@@ -91,8 +95,8 @@ def check_body_size(size: int, limits: ServeLimits) -> None:
 
 def _choice(data: dict, field: str, allowed: Tuple[str, ...]) -> str:
     value = data.get(field, allowed[0])
-    if value not in allowed:
-        raise BadRequest(422, f"{field} must be one of {list(allowed)}, got {value!r}")
+    if not isinstance(value, str) or value not in allowed:
+        raise BadRequest(422, f"{field} must be one of {list(allowed)}, got {_shown(value)}")
     return value
 
 
@@ -109,6 +113,7 @@ def _texts(value: Any, limits: ServeLimits) -> Tuple[str, ...]:
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise BadRequest(422, f"texts[{i}] must be a string, got {_shown(text)}")
+        _check_unicode(text, f"texts[{i}]")
         if len(text) > limits.max_chars:
             raise BadRequest(413, f"texts[{i}] has {len(text):,} characters; the limit is {limits.max_chars:,}")
     return tuple(texts)
@@ -121,9 +126,27 @@ def _words(value: Any, limits: ServeLimits) -> Tuple[Tuple[str, ...], ...]:
             raise BadRequest(422, f"words[{i}] must be a list of non-empty strings, got {_shown(words)}")
         if len(words) > limits.max_words:
             raise BadRequest(413, f"words[{i}] has {len(words):,} words; the limit is {limits.max_words:,}")
+        for j, word in enumerate(words):
+            _check_unicode(word, f"words[{i}][{j}]")
     return tuple(tuple(words) for words in docs)
 
 
+def _check_unicode(text: str, where: str) -> None:
+    """A 422 for a string JSON allowed but Unicode does not: a lone UTF-16 surrogate (an escape such
+    as \\ud800 with no partner), which no text can hold and no response can write back."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = f"\\u{ord(text[err.start]):04x}"
+        raise BadRequest(
+            422, f"{where} holds a lone UTF-16 surrogate ({code}) at character {err.start}: send valid Unicode"
+        ) from None
+
+
 def _shown(value: Any) -> str:
-    text = json.dumps(value)
+    """A short JSON rendering of a client's value for a message (its type where it cannot be written)."""
+    try:
+        text = json.dumps(value)
+    except (RecursionError, ValueError):
+        return f"a {type(value).__name__} too deep or too large to show"
     return text if len(text) <= 60 else text[:57] + "..."
