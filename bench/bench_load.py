@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import result_name
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LOADS = 2
@@ -62,7 +64,7 @@ def main() -> None:
     from spacy_elmo.files import atomic_write_json
     from spacy_elmo.kernels.machine import cpu_description
 
-    name = args.out or (f"load-cpu-{args.label}" if args.label else "load-cpu")
+    name = args.out or result_name("load-cpu", args.label)
     report = {"machine": cpu_description(), "date": time.strftime("%Y-%m-%d"), "loads": loads}
     atomic_write_json(RESULTS / f"{name}.json", report)
 

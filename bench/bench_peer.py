@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench_bilm import load_sentences
-from report import SHARED, write_section
+from report import SHARED, result_name, write_section
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402  --cap NAME: the kernel caps of a lesser CPU
@@ -52,8 +52,7 @@ LABEL: list = [None]  # --label: this run's results under their own name
 def results_name(cap: str | None, label: str | None = None) -> str:
     """bench/results/<name>.json/.png and the BENCHMARKS.md section of a run, capped or not, on a
     machine given its own label (``--label``: another CPU's results beside the others) or not."""
-    name = f"peer-cpu-{label}" if label else "peer-cpu"
-    return f"{name}-capped-{cap}" if cap else name
+    return result_name("peer-cpu", label, cap)
 
 
 def workload_sentences(name: str) -> list:

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 from bench_peer import workload_sentences
-from report import write_section
+from report import result_name, write_section
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402
@@ -37,7 +37,6 @@ RESULTS = ROOT / "bench" / "results"
 PRECISIONS = ("fp32", "bf16", "int8")
 WORKLOADS = ("1 sentence", "64 sentences")
 ROUNDS = 5
-LOAD_SECONDS: dict = {}  # precision -> seconds its pipeline took to make and initialize
 
 
 def load(weights: str, precision: str):
@@ -47,13 +46,11 @@ def load(weights: str, precision: str):
     from spacy_elmo.kernels.advice import SlowerPrecision
     from spacy_elmo.kernels.select import PrecisionFallback
 
-    started = time.perf_counter()
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": weights, "precision": precision, "set_vector_hooks": False})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", (PrecisionFallback, SlowerPrecision))
         nlp.initialize()
-    LOAD_SECONDS[precision] = time.perf_counter() - started
     nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
     fallback = [str(w.message) for w in caught if issubclass(w.category, (PrecisionFallback, SlowerPrecision))]
     return nlp, fallback
@@ -95,7 +92,7 @@ def measure(weights: str, threads: int) -> dict:
                 }
             )
     kernels = {p: nlp.get_pipe("elmo").bilm.kernels.description() for p, (nlp, _) in pipelines.items()}
-    return {"rows": rows, "kernels": kernels, "load_seconds": LOAD_SECONDS}
+    return {"rows": rows, "kernels": kernels}
 
 
 def machine(threads: int) -> str:
@@ -110,8 +107,7 @@ def write_outputs(report: dict) -> None:
     from spacy_elmo.files import atomic_write_json
 
     cap, label = report["capped"], report.get("label")
-    name = f"plan-cpu-{label}" if label else "plan-cpu"
-    name = f"{name}-capped-{cap}" if cap else name
+    name = result_name("plan-cpu", label, cap)
     RESULTS.mkdir(parents=True, exist_ok=True)
     atomic_write_json(RESULTS / f"{name}.json", report)
     title = f"capped at {cap}, simulating a lesser CPU's kernels" if cap else "uncapped"
@@ -124,15 +120,14 @@ def write_outputs(report: dict) -> None:
         f"same docs, median of {ROUNDS} rounds after a warm-up; each load from an empty user cache. Command: "
         f"`python bench/bench_plan.py{' --cap ' + cap if cap else ''}{' --label ' + label if label else ''}`.",
         "",
-        "| workload | precision | runs (kernel) | words/s | x fp32 | load (s) | warning at load |",
-        "|---|---|---|---:|---:|---:|---|",
+        "| workload | precision | runs (kernel) | words/s | x fp32 | warning at load |",
+        "|---|---|---|---:|---:|---|",
     ]
     for r in report["rows"]:
         warned = "yes: " + r["fallback_warnings"][0][:140] + "..." if r["fallback_warnings"] else "-"
-        load = report.get("load_seconds", {}).get(r["precision"], float("nan"))
         lines.append(
             f"| {r['workload']} | {r['precision']} | {r['runs']} ({r['kernel']}) | {r['words_per_s']:,.1f} | "
-            f"**{r['x_fp32']:.2f}x** | {load:.1f} | {warned} |"
+            f"**{r['x_fp32']:.2f}x** | {warned} |"
         )
     lines.append("")
     write_section(f"bench_plan:{name.removeprefix('plan-')}", lines)

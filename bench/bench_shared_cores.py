@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import write_section
+from report import result_name, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -72,7 +72,7 @@ def measure(threads: int) -> dict:
 def write_outputs(report: dict, label: str | None) -> None:
     from spacy_elmo.files import atomic_write_json
 
-    name = f"shared-cores-{label}" if label else "shared-cores"
+    name = result_name("shared-cores", label)
     RESULTS.mkdir(parents=True, exist_ok=True)
     atomic_write_json(RESULTS / f"{name}.json", report)
     lines = [
@@ -96,7 +96,7 @@ def write_outputs(report: dict, label: str | None) -> None:
                 f"| {fp32_quiet / quiet[1]:.2f}x / {fp32_busy / busy[1]:.2f}x |"
             )
     lines.append("")
-    write_section(f"bench_shared_cores:{name.removeprefix('shared-cores').lstrip('-') or 'cpu'}", lines)
+    write_section(f"bench_shared_cores:{label or 'cpu'}", lines)
 
 
 def main() -> None:

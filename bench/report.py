@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from spacy_elmo.files import atomic_write_text
 
@@ -11,6 +12,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 # As tests/conftest.py finds it: $SPACY_ELMO_SHARED, else ../shared beside the repository.
 SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
+
+
+def result_name(kind: str, label: Optional[str] = None, cap: Optional[str] = None) -> str:
+    """The name of a run's bench/results file (and BENCHMARKS.md section): ``kind`` ("peer-cpu"),
+    then this machine's ``label`` where its results stand beside another CPU's, then the cap."""
+    name = f"{kind}-{label}" if label else kind
+    return f"{name}-capped-{cap}" if cap else name
 
 
 def write_section(key: str, lines: list) -> None:

@@ -249,7 +249,7 @@ def levels_weight(kernel, values, scale):
     if kernel.name == "onednn":
         return quantized.QuantizedWeight("onednn", scale, onednn=quantized._prepack(values, scale))
     if kernel.name == "fp32_sums":
-        return quantized.QuantizedWeight("fp32_sums", scale, values_t=values.float().contiguous().t())
+        return quantized.QuantizedWeight("fp32_sums", scale, blocks=quantized.fp32_blocks(values.float()))
     return quantized.QuantizedWeight("int_mm", scale, values_t=values.contiguous().t())
 
 
@@ -281,10 +281,15 @@ def test_int8_sums_are_exact_integers_for_any_shape(kernel):
         quantized.linear(torch.ones(1, quantized.MAX_K + 1), too_long, kernel)
 
 
-def test_fp32_sums_are_exact_for_sums_longer_than_fp32_exact_k():
-    """fp32 GEMMs hold int8 sums exactly up to FP32_EXACT_K products (below 2**24 in any order);
-    past it the blocks add in int32: still the int64 sums, converted to fp32 as ``Tensor.to``
-    rounds them past 2**24, and each row the same whatever rows are beside it."""
+LAYOUTS = [False] + ([True] if quantized.onednn_fp32_runs() else [])
+
+
+@pytest.mark.parametrize("onednn", LAYOUTS, ids=lambda onednn: "onednn" if onednn else "torch.mm")
+def test_fp32_sums_are_exact_for_sums_longer_than_fp32_exact_k(onednn):
+    """fp32 GEMMs (torch.mm, and oneDNN where probed exact) hold int8 sums exactly up to
+    FP32_EXACT_K products (below 2**24 in any order); past it the blocks add in int32: still the
+    int64 sums, converted to fp32 as ``Tensor.to`` rounds them past 2**24, and each row the same
+    whatever rows are beside it."""
     block = quantized.FP32_EXACT_K
     assert block * 127 * 127 < 2**24
     generator = torch.Generator().manual_seed(9)
@@ -297,10 +302,11 @@ def test_fp32_sums_are_exact_for_sums_longer_than_fp32_exact_k():
         sums = a.long() @ b.long()
         expected = sums.to(torch.float32)
         rounded = rounded or bool((expected.long() != sums).any())
-        got = quantized.fp32_sums(a, b.float())
+        blocks = quantized.fp32_blocks(b.float().t(), onednn)
+        got = quantized.fp32_sums(a, blocks, onednn)
         assert got.dtype == torch.float32 and torch.equal(got, expected), inner
         for rows in (slice(0, 1), slice(1, 3), slice(5, 22)):
-            assert torch.equal(quantized.fp32_sums(a[rows], b.float()), expected[rows])
+            assert torch.equal(quantized.fp32_sums(a[rows], blocks, onednn), expected[rows])
     assert rounded, "some sums were past what fp32 holds exactly"
 
 
@@ -327,27 +333,25 @@ def test_every_exact_int8_kernel_gives_the_bits_of_fp32_sums(kernel):
 @pytest.mark.parametrize("shape", [(16, 24), (64, 96)])
 def test_int8_copies_are_made_once_in_their_kernels_layout(shape, kernel):
     """oneDNN (K and N of 64 or more) and torch._int_mm keep int8 levels, a quarter of fp32's size;
-    fp32_sums keeps the same levels as fp32 operands, in oneDNN's layout where this torch has it
-    (K blocks of FP32_EXACT_K). Made once, remade when the weight changes."""
+    fp32_sums keeps the same levels as fp32 operands in K blocks of FP32_EXACT_K (in oneDNN's layout
+    where this torch has it). Made once, remade when the weight changes."""
     weight = torch.nn.Parameter(torch.randn(*shape), requires_grad=False)
     packed = quantized.quantized_weight(weight, kernel)
     values, scale = quantized.quantize_rows(weight)
     if kernel.name == "onednn" and min(shape) >= 64:
         assert packed.kernel == "onednn" and packed.values_t is None, "one int8 copy only"
         assert packed.onednn[0].dtype == torch.int8 and packed.onednn[0].numel() == weight.numel()
-    elif kernel.name == "fp32_sums" and quantized.onednn_fp32_runs():
-        assert packed.values_t is None and packed.onednn is None, "one copy: oneDNN's"
+    elif kernel.name == "fp32_sums":
+        assert packed.values_t is None and packed.onednn is None, "one copy: the fp32 blocks"
         assert len(packed.blocks) == -(-shape[1] // quantized.FP32_EXACT_K)
         assert all(block.dtype == torch.float32 for block in packed.blocks)
         levels = torch.randint(-127, 128, (3, shape[1]), dtype=torch.int8)
         assert torch.equal(quantized.channel_scaled_sums(levels, packed), (levels.long() @ values.long().t()) * scale)
     else:
-        dtype = torch.float32 if kernel.name == "fp32_sums" else torch.int8
-        assert packed.onednn is None, "small weights go to torch._int_mm"
-        assert packed.kernel == ("fp32_sums" if kernel.name == "fp32_sums" else "int_mm")
-        assert packed.values_t.dtype == dtype and packed.values_t.shape == shape[::-1]
+        assert packed.onednn is None and packed.kernel == "int_mm", "small weights go to torch._int_mm"
+        assert packed.values_t.dtype == torch.int8 and packed.values_t.shape == shape[::-1]
         assert packed.values_t.t().is_contiguous(), "column-major, the layout _int_mm is fastest with"
-        assert torch.equal(packed.values_t.t(), values.to(dtype)), "the int8 levels themselves"
+        assert torch.equal(packed.values_t.t(), values), "the int8 levels themselves"
     assert quantized.quantized_weight(weight, kernel) is packed
     chunked = quantized._quantize_in_chunks(weight, rows=5)  # how weights are quantized: a block of rows at a time
     assert torch.equal(chunked[0], values) and torch.equal(chunked[1], scale) and torch.equal(packed.scale, scale)

@@ -108,7 +108,8 @@ class Kernels:
         written into ``out`` (M, N) where given and the route writes in place (a buffer reused
         across calls: no fresh pages to fault in)."""
         rows, precision = rows or self.blocking.gemm_rows, self.choice.runs
-        if self.gpu is not None:
+        if self.route is Route.TRITON:
+            assert self.gpu is not None  # select sets the Triton kernels of the TRITON route
             return self.gpu.linear(x, weight, bias)
         if self.route is Route.INT8:
             assert self.int8 is not None  # select sets the int8 kernel of the INT8 route
@@ -131,7 +132,8 @@ class Kernels:
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls:
         x (G, K) -> (G, N), G from ``step_rows``."""
-        if self.gpu is not None:
+        if self.route is Route.TRITON:
+            assert self.gpu is not None  # select sets the Triton kernels of the TRITON route
             return self.gpu.linear(x, weight)
         if self.route is Route.INT8:
             assert self.int8 is not None  # select sets the int8 kernel of the INT8 route

@@ -22,9 +22,9 @@ bits for the same activation, on any CPU: which one runs changes the speed, neve
   VNNI, AVX2 multiplies pairs of bytes into saturating int16 or runs a reference loop.
 - ``fp32_sums``: the int8 values as fp32 operands of fp32 GEMMs over blocks of at most
   ``FP32_EXACT_K`` products, whose every partial sum is an integer below 2**24 and so exact in any
-  order, whatever kernel computes it; the blocks' sums are added in int32. Any CPU: int8's numbers
-  somewhat slower than fp32 (through oneDNN's own weight layout where this torch has it: at a few rows
-  it ran 2x faster than MKL on a plain weight).
+  order, whatever kernel computes it; the blocks' sums are added in int32. Any CPU: int8's numbers,
+  a little slower than fp32 (the GEMMs run through oneDNN's own weight layout where this torch has
+  it, faster at a few rows than MKL on a plain weight).
 
 Each kernel is used only where a probe finds its sums exact for 1 to 300 rows (``_sums_exact``).
 The quantized copy of a weight is made once and kept beside it (``weight_copies``).
@@ -59,11 +59,13 @@ VNNI_FEATURES = ("amx_int8", "avx512_vnni", "avx_vnni")
 @dataclass(frozen=True)
 class Int8Kernel:
     """A way to sum int8 products exactly: ``name`` (its key in ``INT8_KERNELS``), what ``info``
-    calls it, and the CPU features it needs (any one of them; none: every CPU)."""
+    calls it, the CPU features it needs (any one of them; none: every CPU), and the type its
+    operands hold the int8 levels in."""
 
     name: str
     title: str
     needs: Tuple[str, ...]
+    operand: torch.dtype = torch.int8
 
 
 INT8_KERNELS = {
@@ -71,7 +73,7 @@ INT8_KERNELS = {
     for kernel in (
         Int8Kernel("onednn", "oneDNN int8 linear (AMX tiles)", ("amx_int8",)),
         Int8Kernel("int_mm", "torch._int_mm (int8 dot products, int32 sums)", VNNI_FEATURES),
-        Int8Kernel("fp32_sums", "int8 values summed exactly by fp32 GEMMs", ()),
+        Int8Kernel("fp32_sums", "int8 values summed exactly by fp32 GEMMs", (), torch.float32),
     )
 }
 
@@ -80,10 +82,11 @@ INT8_KERNELS = {
 class QuantizedWeight:
     """A weight (N, K) in int8, in the layout of the kernel that sums it.
 
-    kernel: the ``INT8_KERNELS`` name. values_t: the levels transposed (K', N'), column-major: int8
-        for ``int_mm`` (K' >= K and N' >= N padded with zeros where CUDA needs it), fp32 for
-        ``fp32_sums``; None for ``onednn``, whose prepacked copy is ``onednn``, and for
-        ``fp32_sums`` laid out for oneDNN in ``blocks`` (fp32 levels, K blocks of ``FP32_EXACT_K``).
+    kernel: the ``INT8_KERNELS`` name. values_t: for ``int_mm``, the int8 levels transposed
+        (K', N'), column-major (K' >= K and N' >= N padded with zeros where CUDA needs it); None
+        otherwise. onednn: oneDNN's prepacked copy (``onednn``). blocks: for ``fp32_sums``, the
+        fp32 levels in K blocks of ``FP32_EXACT_K`` columns, each (N, K_b) in oneDNN's layout where
+        ``onednn_fp32_runs``, else (K_b, N) column-major for ``torch.mm``.
     scale: (N,) fp32, one per output channel.
     """
 
@@ -141,10 +144,7 @@ def quantize_weight(weight: Tensor, kernel: Int8Kernel) -> QuantizedWeight:
         if kernel.name == "onednn" and min(weight.shape) >= _ONEDNN_MIN_SIZE:
             return QuantizedWeight("onednn", scale, onednn=_prepack(values, scale))
         if kernel.name == "fp32_sums":
-            levels = values.float()
-            if weight.device.type == "cpu" and onednn_fp32_runs():
-                return QuantizedWeight("fp32_sums", scale, blocks=_onednn_blocks(levels))
-            return QuantizedWeight("fp32_sums", scale, values_t=levels.contiguous().t())
+            return QuantizedWeight("fp32_sums", scale, blocks=fp32_blocks(values.to(kernel.operand)))
         multiple = _CUDA_MULTIPLE if weight.device.type == "cuda" else 1
         padding = (0, -values.shape[1] % multiple, 0, -values.shape[0] % multiple)
         if any(padding):
@@ -173,7 +173,7 @@ def linear(x: Tensor, weight: Tensor, kernel: Int8Kernel, bias: Optional[Tensor]
     """
     if x.shape[1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[1]} features but the weight takes {weight.shape[1]}.")
-    values, x_scale = quantize_rows(x, torch.float32 if kernel.name == "fp32_sums" else torch.int8)
+    values, x_scale = quantize_rows(x, kernel.operand)
     out = channel_scaled_sums(values, quantized_weight(weight, kernel)).mul_(x_scale[:, None])
     if bias is not None:
         out.add_(bias)
@@ -195,10 +195,8 @@ def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
     if weight.onednn is not None:
         return _onednn_scaled_sums(values, weight.onednn)
     if weight.blocks is not None:
-        return _onednn_fp32_sums(values, weight.blocks).mul_(weight.scale)
-    assert weight.values_t is not None  # quantize_weight sets values_t where it sets no oneDNN copy
-    if weight.kernel == "fp32_sums":
-        return fp32_sums(values, weight.values_t).mul_(weight.scale)
+        return fp32_sums(values, weight.blocks).mul_(weight.scale)
+    assert weight.values_t is not None  # quantize_weight sets values_t for int_mm, the one kernel left
     sums = int_mm(values, weight.values_t)[:, : weight.out_features]
     return sums.to(torch.float32).mul_(weight.scale)
 
@@ -217,49 +215,39 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
     return torch._int_mm(a, b)[:rows]
 
 
-def fp32_sums(a: Tensor, b: Tensor) -> Tensor:
-    """``fp32(a @ b)`` for a (M, K) int8 levels (int8 or fp32) and b (K, N) fp32 levels, computed by fp32
-    GEMMs over K blocks of ``FP32_EXACT_K`` (each exact whatever its order of sums) added in int32.
-    Returns (M, N) fp32."""
-    a_float = a.float()
-    inner = a.shape[1]
-    if inner <= FP32_EXACT_K:
-        return a_float @ b
-    total = None
-    for start in range(0, inner, FP32_EXACT_K):
-        part = (a_float[:, start : start + FP32_EXACT_K] @ b[start : start + FP32_EXACT_K]).to(torch.int32)
-        total = part if total is None else total.add_(part)
-    assert total is not None  # inner > FP32_EXACT_K: at least two blocks
-    return total.to(torch.float32)
+def fp32_blocks(levels: Tensor, onednn: Optional[bool] = None) -> Tuple[Tensor, ...]:
+    """levels (N, K) fp32 holding int8 levels -> K blocks of ``FP32_EXACT_K`` columns, laid out for
+    ``fp32_sums``: oneDNN's layout where ``onednn`` (default: ``_through_onednn``), else (K_b, N)
+    column-major."""
+    onednn = _through_onednn(levels.device) if onednn is None else onednn
+    blocks = [levels[:, start : start + FP32_EXACT_K].contiguous() for start in range(0, levels.shape[1], FP32_EXACT_K)]
+    return tuple(torch.ops.mkldnn._reorder_linear_weight(block, 16) if onednn else block.t() for block in blocks)
 
 
-def _onednn_blocks(levels: Tensor) -> Tuple[Tensor, ...]:
-    """levels (N, K) fp32 -> K blocks of ``FP32_EXACT_K`` columns in oneDNN's layout."""
-    inner = levels.shape[1]
-    return tuple(
-        torch.ops.mkldnn._reorder_linear_weight(levels[:, start : start + FP32_EXACT_K].contiguous(), 16)
-        for start in range(0, inner, FP32_EXACT_K)
-    )
-
-
-def _onednn_fp32_sums(a: Tensor, blocks: Tuple[Tensor, ...]) -> Tensor:
-    """``fp32_sums`` through oneDNN: a (M, K) int8 levels (int8 or fp32), K blocks laid out by ``_onednn_blocks`` ->
-    (M, N) fp32, the rows padded to their bucket (``row_buckets``: oneDNN compiles a kernel per shape)."""
+def fp32_sums(a: Tensor, blocks: Tuple[Tensor, ...], onednn: Optional[bool] = None) -> Tensor:
+    """``fp32(a @ levels.T)`` for a (M, K) int8 levels (int8 or fp32) and the weight's levels as
+    ``fp32_blocks`` laid them out (``onednn`` as there): one fp32 GEMM per block, each exact
+    whatever its order of sums, the blocks added in int32. Returns (M, N) fp32."""
     rows = a.shape[0]
-    a_float = padded_to_bucket(a.float())
-    if len(blocks) == 1:
-        return _onednn_linear(a_float, blocks[0])[:rows]
-    total = None
+    onednn = _through_onednn(a.device) if onednn is None else onednn
+    a_float = padded_to_bucket(a.float()) if onednn else a.float()  # oneDNN compiles a kernel per shape
+    parts = []
     for index, block in enumerate(blocks):
-        start = index * FP32_EXACT_K
-        part = _onednn_linear(a_float[:, start : start + FP32_EXACT_K].contiguous(), block).to(torch.int32)
-        total = part if total is None else total.add_(part)
-    assert total is not None  # at least one block
+        x = a_float[:, index * FP32_EXACT_K : (index + 1) * FP32_EXACT_K]
+        parts.append(
+            torch.ops.mkldnn._linear_pointwise(x.contiguous(), block, None, "none", [], "") if onednn else x @ block
+        )
+    if len(parts) == 1:
+        return parts[0][:rows]
+    total = parts[0].to(torch.int32)
+    for part in parts[1:]:
+        total.add_(part.to(torch.int32))
     return total[:rows].to(torch.float32)
 
 
-def _onednn_linear(x: Tensor, weight: Tensor) -> Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+def _through_onednn(device: torch.device) -> bool:
+    """Whether ``fp32_sums`` runs its GEMMs through oneDNN on ``device``: a CPU where it was probed exact."""
+    return device.type == "cpu" and onednn_fp32_runs()
 
 
 def onednn_fp32_runs() -> bool:
@@ -271,7 +259,7 @@ def onednn_fp32_runs() -> bool:
 def _probe_onednn_fp32() -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
-    return _sums_exact(lambda a, w, scale: _onednn_fp32_sums(a, _onednn_blocks(w.float())).mul_(scale))
+    return _sums_exact(lambda a, w, scale: fp32_sums(a, fp32_blocks(w.float(), True), True).mul_(scale))
 
 
 def _prepack(values: Tensor, scale: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -319,7 +307,7 @@ def _probe(kernel: Int8Kernel) -> bool:
         if not hasattr(torch, "_int_mm"):
             return False
         return _sums_exact(lambda a, w, scale: int_mm(a, w.contiguous().t()).to(torch.float32).mul_(scale))
-    return _sums_exact(lambda a, w, scale: fp32_sums(a, w.float().contiguous().t()).mul_(scale))
+    return _sums_exact(lambda a, w, scale: fp32_sums(a, fp32_blocks(w.float(), False), False).mul_(scale))
 
 
 def _sums_exact(scaled_sums: Callable[[Tensor, Tensor, Tensor], Tensor]) -> bool:

@@ -13,8 +13,8 @@ The rules (CPU; the first row that applies; ``info --machine`` prints what appli
 - bf16: needs bfloat16 dot products (``avx512_bf16`` or ``amx_bf16``) and this torch's oneDNN bf16
   linear: without AMX at any row count (probed), on AMX on fixed row counts (its tiles change
   kernels with the row count). Without them bf16 runs exact fp32 (``PrecisionFallback``, naming
-  the missing feature): converting in software was 3 to 4 times slower than fp32, and AVX2-only
-  torch refuses bf16 linears.
+  the missing feature): converting in software is slower than fp32, and AVX2-only torch refuses
+  bf16 linears.
 - int8: the first exact kernel of ``quantized.INT8_KERNELS`` the features allow: oneDNN on AMX
   (``amx_int8``), ``torch._int_mm`` on VNNI (``avx512_vnni``, ``avx_vnni``), fp32 GEMMs on every
   other CPU (int8's numbers, no faster than fp32: the choice says so, and a load warns once).
