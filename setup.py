@@ -54,6 +54,7 @@ setup(
             "ray[data,serve]>=2.60,<3",
             "orjson>=3.9",
             "httpx>=0.27",  # the tests' HTTP client
+            "openai>=1.40",  # the tests speak to serve's /v1/embeddings with OpenAI's own client
             "matplotlib>=3.5",
             "gensim>=4.3",
             "build>=1.0",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -47,6 +48,9 @@ def ours(spec: dict) -> dict:
 
     set_gpu_allocator("pytorch")
     spacy.require_gpu()
+    step_tiles = json.loads(os.environ.get("BENCH_FP32_STEP_TILES", "null"))
+    if step_tiles:
+        use_fp32_step_tiles(step_tiles)
     sentences = json.loads(Path(spec["sentences"]).read_text())
     nlp = spacy.blank("en")
     settings = {"weights": spec["weights"], "set_vector_hooks": False, "precision": spec["precision"]}
@@ -61,9 +65,23 @@ def ours(spec: dict) -> dict:
         "kernel": bilm.precision_choice.kernel,
         "batch_invariant": batch_invariant(bilm, sentences, spec["max_batch_tokens"]),
     }
+    if step_tiles:
+        report["fp32_step_tiles"] = step_tiles
     if spec["precision"] != "fp32":
         report["error"] = error_against_fp32(bilm, sentences, spec["precision"], spec["max_batch_tokens"])
     return report
+
+
+def use_fp32_step_tiles(tiles: dict) -> None:
+    """Run the fp32 step kernels with ``tiles`` ({"recurrent": (rows, cols, depth, warps, stages,
+    piece), "projection": ...}, bench_fp32_steps.py's choice: the same bits) instead of the package's."""
+    import dataclasses
+
+    from spacy_elmo.kernels import triton_ops
+
+    chosen = {kernel: triton_ops.Tiles(*option) for kernel, option in tiles.items()}
+    triton_ops.TILES["fp32"] = dataclasses.replace(triton_ops.TILES["fp32"], **chosen)
+    triton_ops._ops.cache_clear()
 
 
 def batch_invariant(bilm, sentences: list, max_batch_tokens: int) -> dict:

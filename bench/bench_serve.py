@@ -1,5 +1,5 @@
 """`serve` under load: clients that send one sentence each, at concurrency 1, 8 and 32, against the
-service with dynamic batching and with batching off (each request run alone, as a hand-written
+service with continuous batching and with batching off (each request run alone, as a hand-written
 endpoint calling `nlp(text)` does), in the same run. Also the engine decision: the same pipeline
 and the same request/response code on Ray Serve (what `serve` runs) and on LitServe.
 
@@ -13,6 +13,11 @@ With the peer's folder (../shared/tools/peer-allennlp/setup.sh), the same run al
 `Elmo` (fp32, its own venv, the same weights) on the same lines, tokenized by spaCy: one line per
 call, as a hand-written endpoint around it runs each request, and batches of 32 lines, the most
 32 clients could be batched into. No ELMo server exists to compare the service itself with.
+
+After the closed-loop cells, the batched Ray service (started with `--max-concurrent-requests`
+OVERLOAD_LIMIT) takes an open-loop overload: requests sent at OVERLOAD_FACTOR times its capacity
+(its requests/s at 32 clients) for --seconds, whatever the answers: the share answered 429, the
+admitted requests' p50 and p99, and any 5xx.
 
 Each cell is bounded: at most --requests requests or --seconds seconds, whichever comes first.
 Sentences: lines of shared/data/corpus/valid.txt (real text), each request one line. Writes
@@ -36,12 +41,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from report import SHARED, write_section
+from report import SHARED, result_name, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 WEIGHTS = ROOT / "bench" / "out" / "peer-full-bilm"
 CONCURRENCY = [1, 8, 32]
+OVERLOAD_FACTOR = 4  # the overload's offered requests/s, as a multiple of the service's capacity
+OVERLOAD_LIMIT = 32  # --max-concurrent-requests of the batched Ray service: the most clients of a cell
 
 
 def free_port() -> int:
@@ -92,6 +99,68 @@ async def load(url: str, texts: list, concurrency: int, max_requests: int, secon
     }
 
 
+async def overload(url: str, texts: list, rate: float, seconds: float) -> dict:
+    """Requests sent at ``rate`` a second for ``seconds`` whatever the answers (an open loop): how
+    they were answered, and the admitted ones' latency."""
+    import httpx
+
+    statuses: dict = {}
+    admitted, words = [], 0
+
+    async def one(http, text: str) -> None:
+        nonlocal words
+        started = time.perf_counter()
+        try:
+            response = await http.post(url, json={"texts": [text]})
+            status = str(response.status_code)
+        except httpx.HTTPError as failure:
+            status = type(failure).__name__
+        statuses[status] = statuses.get(status, 0) + 1
+        if status == "200":
+            admitted.append(time.perf_counter() - started)
+            words += len(response.json()["docs"][0]["words"])
+
+    started = time.perf_counter()
+    tasks = []
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as http:
+        while time.perf_counter() - started < seconds:
+            tasks.append(asyncio.create_task(one(http, texts[len(tasks) % len(texts)])))
+            await asyncio.sleep(max(0.0, started + len(tasks) / rate - time.perf_counter()))
+        await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - started
+    ms = np.array(admitted or [float("nan")]) * 1000
+    return {
+        "overload": True,
+        "offered_rps": round(rate, 2),
+        "sent": len(tasks),
+        "statuses": statuses,
+        "share_429": round(statuses.get("429", 0) / len(tasks), 3),
+        "server_errors": sum(count for status, count in statuses.items() if not status.isdigit() or status >= "500"),
+        "seconds": round(elapsed, 2),
+        "admitted_words_per_s": round(words / elapsed, 1),
+        "admitted_p50_ms": round(float(np.percentile(ms, 50)), 1),
+        "admitted_p99_ms": round(float(np.percentile(ms, 99)), 1),
+    }
+
+
+def ratios(rows: list) -> dict:
+    """The batched service against one request at a time (batching off, one client), per device."""
+    found = {}
+    for device in dict.fromkeys(r["device"] for r in rows):
+        cell = {
+            (r["batching"], r["concurrency"]): r["words_per_s"]
+            for r in rows
+            if r["device"] == device and r["engine"] == "ray" and not r.get("overload")
+        }
+        alone = cell.get((False, 1))
+        if alone:
+            found[device] = {
+                "lone_client": round(cell[(True, 1)] / alone, 2) if (True, 1) in cell else None,
+                "clients_32": round(cell[(True, 32)] / alone, 2) if (True, 32) in cell else None,
+            }
+    return found
+
+
 def wait_until_up(url: str, seconds: float = 300) -> None:
     import httpx
 
@@ -123,7 +192,8 @@ if ls is not None:
         def setup(self, device):
             import torch
 
-            from spacy_elmo.serving.service import ServeSettings, load_served_pipeline
+            from spacy_elmo.serving.embedder import load_served_pipeline
+            from spacy_elmo.serving.settings import ServeSettings
 
             torch.set_num_threads(self.threads)
             self.nlp = load_served_pipeline(ServeSettings(source=self.weights, threads=self.threads))
@@ -144,7 +214,7 @@ if ls is not None:
         def predict(self, requests):
             from spacy_elmo.serving.responses import embed_requests
 
-            answers = embed_requests(self.nlp, requests if self.batching else [requests])
+            answers, _ = embed_requests(self.nlp, requests if self.batching else [requests])
             return answers if self.batching else answers[0]
 
         def unbatch(self, output):
@@ -169,9 +239,20 @@ def measure_engine(engine: str, device: str, batching: bool, texts: list, args) 
     port = free_port()
     started = time.perf_counter()
     if engine == "ray":
-        from spacy_elmo.serving.service import ServeSettings, start, stop
+        from spacy_elmo.serving.service import start, stop
+        from spacy_elmo.serving.settings import ServeSettings
 
-        start(ServeSettings(source=args.weights, port=port, threads=args.threads, batching=batching, device=device))
+        limit = OVERLOAD_LIMIT if batching else None
+        start(
+            ServeSettings(
+                source=args.weights,
+                port=port,
+                threads=args.threads,
+                batching=batching,
+                device=device,
+                max_concurrent_requests=limit,
+            )
+        )
         server = None
     else:
         command = [sys.executable, __file__, "--litserve-server", args.weights, "--port", str(port)]
@@ -184,9 +265,16 @@ def measure_engine(engine: str, device: str, batching: bool, texts: list, args) 
         up = time.perf_counter() - started
         bilm_device = served_device(f"http://127.0.0.1:{port}/metadata") if engine == "ray" else device
         rows = []
-        for concurrency in CONCURRENCY:
+        for concurrency in args.clients:
             row = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, concurrency, args.requests, args.seconds))
             row.update(engine=engine, device=device, bilm_device=bilm_device, batching=batching, startup_s=round(up, 1))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        if engine == "ray" and batching and max(args.clients) == max(CONCURRENCY):
+            capacity = rows[-1]["requests_per_s"]
+            offered = OVERLOAD_FACTOR * capacity
+            row = asyncio.run(overload(f"http://127.0.0.1:{port}/embed", texts, offered, args.seconds))
+            row.update(engine=engine, device=device, bilm_device=bilm_device, batching=True, capacity_rps=capacity)
             print(json.dumps(row), flush=True)
             rows.append(row)
         del warm
@@ -234,9 +322,13 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    services = dict.fromkeys((r["device"], r["engine"], r["batching"]) for r in report["rows"])
+    services = dict.fromkeys((r["device"], r["engine"], r["batching"]) for r in report["rows"] if not r.get("overload"))
     for device, engine, batching in services:
-        rows = [r for r in report["rows"] if (r["device"], r["engine"], r["batching"]) == (device, engine, batching)]
+        rows = [
+            r
+            for r in report["rows"]
+            if not r.get("overload") and (r["device"], r["engine"], r["batching"]) == (device, engine, batching)
+        ]
         label = f"{engine}, {'batched' if batching else 'one request at a time'}"
         label = f"{device}, {label}" if report["device"] != "cpu" else label
         style = "-" if batching else "--"
@@ -253,6 +345,28 @@ def plot(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def summary_lines(report: dict) -> list:
+    """The ratios to one request at a time and the overload run, as sentences."""
+    lines = []
+    for device, found in report.get("ratios", {}).items():
+        lines += [
+            "",
+            f"Batched against one request at a time ({device}, words/s of the batched service over the unbatched "
+            f"one's with one client): a lone client {found['lone_client']}x, 32 clients {found['clients_32']}x.",
+        ]
+    for r in (r for r in report["rows"] if r.get("overload")):
+        lines += [
+            "",
+            f"Overload ({r['device']}, `--max-concurrent-requests {OVERLOAD_LIMIT}`): {r['sent']} requests sent "
+            f"at {r['offered_rps']} a second, {OVERLOAD_FACTOR}x the service's capacity ({r['capacity_rps']} "
+            f"requests/s at 32 clients), over {r['seconds']} s: answers {r['statuses']}; "
+            f"{r['share_429']:.0%} refused with 429; the admitted ones' p50 {r['admitted_p50_ms']:,.0f} ms and p99 "
+            f"{r['admitted_p99_ms']:,.0f} ms at {r['admitted_words_per_s']:,.0f} words/s; "
+            f"{r['server_errors']} 5xx or failed connections.",
+        ]
+    return lines
 
 
 def update_markdown(report: dict) -> None:
@@ -274,7 +388,7 @@ def update_markdown(report: dict) -> None:
         ]
     else:
         lines = [
-            f"### `serve` under load: dynamic batching against one request at a time ({report['date']})",
+            f"### `serve` under load: continuous batching against one request at a time ({report['date']})",
             "",
             f"Machine: {report['machine']}; {report['threads']} torch threads; {bounds}",
         ]
@@ -284,12 +398,13 @@ def update_markdown(report: dict) -> None:
         head + " requests | words/s | p50 ms | p99 ms | start (s) |",
         "|---" * on_gpu + "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in report["rows"]:
+    for r in (r for r in report["rows"] if not r.get("overload")):
         lines.append(
             ("| " + r["bilm_device"] + " " if on_gpu else "")
             + f"| {r['engine']} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} | "
             f"{r['words_per_s']:,.0f} | {r['p50_ms']:,.0f} | {r['p99_ms']:,.0f} | {r['startup_s']} |"
         )
+    lines += summary_lines(report)
     if report.get("peer"):
         speeds = ", ".join(f"{name}: {speed:,.0f} words/s" for name, speed in report["peer"].items())
         lines += [
@@ -297,8 +412,9 @@ def update_markdown(report: dict) -> None:
             f"The peer in the same run, AllenNLP's `Elmo` (fp32, its own venv, the same weights and lines, spaCy's "
             f"tokens, {report['threads']} threads, no HTTP): {speeds}.",
         ]
-    lines += ["", f"![serve under load](bench/results/serve-{report['device']}.png)", ""]
-    write_section(f"bench_serve:{report['device']}", lines)
+    name = result_name(f"serve-{report['device']}", report.get("label"))
+    lines += ["", f"![serve under load](bench/results/{name}.png)", ""]
+    write_section("bench_" + name.replace("serve-", "serve:", 1), lines)
 
 
 def services(args) -> list:
@@ -320,7 +436,7 @@ def write_outputs(report: dict) -> None:
     from spacy_elmo.files import atomic_write_json
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = f"serve-{report['device']}"
+    name = result_name(f"serve-{report['device']}", report.get("label"))
     atomic_write_json(RESULTS / f"{name}.json", report)
     plot(report, RESULTS / f"{name}.png")
     update_markdown(report)
@@ -334,7 +450,9 @@ def parse_arguments() -> argparse.Namespace:
         "--device", default="cpu", choices=["cpu", "cuda"], help="cuda: replicas on the GPU, then the CPU"
     )
     parser.add_argument("--batching", nargs="+", default=["on", "off"], choices=["on", "off"])
+    parser.add_argument("--clients", nargs="+", type=int, default=CONCURRENCY, help="the cells' client counts")
     parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--label", help="this run's results under their own name (serve-cpu-LABEL.json)")
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--peer", type=Path, help="the peer's folder: AllenNLP's Elmo timed in the same run")
@@ -355,13 +473,14 @@ def new_report(args) -> dict:
         "threads": args.threads,
         "max_requests": args.requests,
         "seconds": args.seconds,
+        "label": args.label,
         "rows": [],
         "peer": {},
     }
     if args.device == "cuda":
         from bench_gpu import device_description
 
-        from spacy_elmo.serving.service import ServeSettings, check_gpus_here
+        from spacy_elmo.serving.settings import ServeSettings, check_gpus_here
 
         try:
             check_gpus_here(ServeSettings(source=args.weights, device="cuda"))
@@ -381,6 +500,7 @@ def main() -> None:
     texts, report = sentences(2000), new_report(args)
     for engine, device, batching in services(args):  # the outputs written after each: a run cut short keeps them
         report["rows"] += measure_engine(engine, device, batching, texts, args)
+        report["ratios"] = ratios(report["rows"])
         write_outputs(report)
     if args.peer:
         report["peer"] = peer_speeds(args.peer, texts[:200], args.threads)

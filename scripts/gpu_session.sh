@@ -11,6 +11,7 @@
 #   profile      bench/profile_gpu.py: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
 #   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a change)
 #   tiles        bench/bench_triton_tiles.py: the Triton kernels' tiles and the device's ceilings
+#   steps        bench/bench_fp32_steps.py: the fp32 step kernels' tiles that give the same bits, timed
 #   component    bench/bench_gpu.py: the component through nlp.pipe in fp32/bf16/int8 against AllenNLP
 #   train-speed  bench/bench_train_speed.py: pretraining tokens/s per preset, bf16 and torch.compile on/off
 #   spacy-train  `spacy train --gpu-id 0` of the UPOS +ELMo config for a few hundred steps
@@ -113,6 +114,7 @@ for name in "$@"; do
     profile) stage profile "${PROFILE_SECONDS:-150}" run_profile after ;;
     profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile before "$PWD/.gpu-before" ;;
     tiles) stage tiles "${TILES_SECONDS:-150}" python3 bench/bench_triton_tiles.py ;;
+    steps) stage steps "${STEPS_SECONDS:-150}" python3 bench/bench_fp32_steps.py --out bench/results/fp32-steps.json ;;
     serve) stage serve "${SERVE_SECONDS:-420}" run_serve ;;
     component) stage component "${COMPONENT_SECONDS:-200}" python3 bench/bench_gpu.py "$PEER" ${GPU_WORKLOADS:+--workloads $GPU_WORKLOADS} \
       ${GPU_PRECISIONS:+--precisions $GPU_PRECISIONS} ${GPU_CONFIGURATIONS:+--configurations $GPU_CONFIGURATIONS} \

@@ -8,7 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -111,10 +113,10 @@ def test_a_good_request_reads_back_as_sent():
 
 
 def test_the_source_is_read_as_a_pipeline_or_as_weights(tiny_weights, tiny_elmo_pipeline):
-    from spacy_elmo.serving.service import _is_pipeline
+    from spacy_elmo.serving.embedder import is_pipeline
 
-    assert _is_pipeline(str(tiny_elmo_pipeline)) and _is_pipeline("en_core_web_sm")  # a directory, a package
-    assert not any(_is_pipeline(s) for s in (str(tiny_weights), "original", "efml-de", "https://example.org/m.zip"))
+    assert is_pipeline(str(tiny_elmo_pipeline)) and is_pipeline("en_core_web_sm")  # a directory, a package
+    assert not any(is_pipeline(s) for s in (str(tiny_weights), "original", "efml-de", "https://example.org/m.zip"))
 
 
 def free_port() -> int:
@@ -124,8 +126,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def service(tiny_weights):
-    """The CLI serving the tiny weights; stopped (Ctrl-C, as a user stops it) at the end."""
+def served(tiny_weights):
+    """The CLI serving the tiny weights: (its URL, its process); stopped (Ctrl-C, as a user stops it)
+    at the end, unless a test stopped it before."""
     port = free_port()
     command = [sys.executable, "-m", "spacy_elmo", "serve", str(tiny_weights), "--port", str(port), "--threads", "1"]
     process = subprocess.Popen(
@@ -133,18 +136,10 @@ def service(tiny_weights):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and process.poll() is None:
-            try:
-                if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(
-                f"serve did not come up: {process.stdout.read().decode()[-3000:] if process.poll() else 'timeout'}"
-            )
-        yield url
+        if not ready_within(url, 240, process):
+            output = process.stdout.read().decode()[-3000:] if process.poll() is not None else "timeout"
+            pytest.fail(f"serve did not come up: {output}")
+        yield url, process
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -154,10 +149,28 @@ def service(tiny_weights):
             process.wait()
 
 
+def ready_within(url, seconds, process=None) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline and (process is None or process.poll() is None):
+        try:
+            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+@pytest.fixture(scope="module")
+def service(served):
+    return served[0]
+
+
 @pytest.fixture(scope="module")
 def alone(tiny_weights):
     """The same pipeline as the service's, in this process: what a text gets alone."""
-    from spacy_elmo.serving.service import ServeSettings, load_served_pipeline
+    from spacy_elmo.serving.embedder import load_served_pipeline
+    from spacy_elmo.serving.settings import ServeSettings
 
     return load_served_pipeline(ServeSettings(source=str(tiny_weights), threads=1))
 
@@ -207,17 +220,64 @@ def test_bad_input_gets_a_4xx_and_the_service_keeps_serving(service):
     assert post(service, {"texts": ["Still serving."]})[0]["words"] == ["Still", "serving", "."]
 
 
-def test_a_client_that_disconnects_costs_nothing_else(service, alone):
+def exchange(service, pieces, pause=0.0):
+    """Send ``pieces`` of raw bytes over one connection (``pause`` seconds apart), then read until
+    the server closes or goes quiet; the status codes of the answers read."""
+    host, port = service.removeprefix("http://").split(":")
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        for piece in pieces:
+            raw.sendall(piece)
+            time.sleep(pause)
+        raw.settimeout(3)
+        try:
+            while chunk := raw.recv(65536):
+                received += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+    return [int(line.split()[1]) for line in received.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+
+
+def head(service, length, extra=""):
+    host = service.removeprefix("http://")
+    return f"POST /embed HTTP/1.1\r\nHost: {host}\r\nContent-Length: {length}\r\n{extra}\r\n".encode()
+
+
+def test_faults_of_http_itself_get_a_4xx_or_nothing_and_the_service_goes_on(service, alone):
     host, port = service.removeprefix("http://").split(":")
     body = json.dumps({"texts": [" ".join(["word"] * 400)] * 8}).encode()
-    head = f"POST /embed HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    small = json.dumps({"texts": ["Slowly, word by word."]}).encode()
     for _ in range(3):
         with socket.create_connection((host, int(port))) as raw:
-            raw.sendall(head + body[: len(body) // 2])  # half a body, then gone
+            raw.sendall(head(service, len(body)) + body[: len(body) // 2])  # half a body, then gone
         with socket.create_connection((host, int(port))) as raw:
-            raw.sendall(head + body)  # a whole request, gone before its answer
+            raw.sendall(head(service, len(body)) + body)  # a whole request, gone before its answer
+    answers = {
+        "shorter than declared": exchange(service, [head(service, len(small) + 50) + small], 0),
+        "longer than declared": exchange(service, [head(service, len(small) - 5) + small]),
+        "length not a number": exchange(service, [head(service, "many") + small]),
+        "length and chunked": exchange(service, [head(service, len(small), "Transfer-Encoding: chunked\r\n") + small]),
+        "not HTTP": exchange(service, [b"HELLO THERE\r\n\r\n"]),
+        "slow body": exchange(
+            service, [head(service, len(small))] + [small[i : i + 4] for i in range(0, len(small), 4)], 0.05
+        ),
+    }
+    assert answers["slow body"] == [200], answers
+    assert all(400 <= status < 500 for name, got in answers.items() if name != "slow body" for status in got), answers
     got = post(service, {"texts": [TEXTS[0]]})[0]
     assert np.array_equal(np.array(got["vector"], dtype=np.float32), alone(TEXTS[0])._.elmo)
+
+
+def test_openais_client_gets_the_doc_vectors(service, alone):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{service}/v1", api_key="unused", max_retries=0)
+    answer = client.embeddings.create(model="elmo", input=TEXTS[:3])  # the client asks for base64
+    assert [item.index for item in answer.data] == [0, 1, 2] and answer.model == "elmo"
+    for item, text in zip(answer.data, TEXTS):
+        assert np.array_equal(np.array(item.embedding, dtype=np.float32), alone(text)._.elmo)
+    assert answer.usage.prompt_tokens == sum(len(alone(text)) for text in TEXTS[:3])
+    with pytest.raises(openai.UnprocessableEntityError, match="token ids"):
+        client.embeddings.create(model="elmo", input=[[101, 102]])
 
 
 def test_metadata_health_and_readiness(service, alone):
@@ -225,6 +285,74 @@ def test_metadata_health_and_readiness(service, alone):
     bilm = alone.get_pipe("elmo").bilm
     assert about["elmo"]["layers"] == bilm.config.n_output_layers and about["elmo"]["width"] == bilm.config.output_dim
     assert about["elmo"]["precision"] == "fp32" and about["batching"]["on"] is True
-    assert about["components"] == ["sentencizer", "elmo"]
+    assert about["components"] == ["sentencizer", "elmo"] and about["api_key"] is False
+    assert "spacy_elmo_requests_total" in httpx.get(f"{service}/metrics", timeout=10).text
     assert httpx.get(f"{service}/health", timeout=10).json() == {"status": "ok"}
     assert httpx.get(f"{service}/ready", timeout=10).json() == {"ready": True}
+
+
+def test_a_replica_killed_under_load_costs_no_request(service):
+    """SIGKILL to the replica while 8 clients keep it busy: every request is answered 200 (sent again to the
+    replica Ray starts in its place) or 503 with Retry-After, none 5xx otherwise, none lost."""
+    replica = httpx.get(f"{service}/metadata", timeout=10).json()["replica"]
+    statuses, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                answer = httpx.post(f"{service}/embed", json={"texts": [" ".join(TEXTS * 10)] * 4}, timeout=120)
+                statuses.append(answer.status_code)
+            except httpx.HTTPError as lost:
+                statuses.append(type(lost).__name__)
+
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(8):
+            pool.submit(client)
+        wait_for(lambda: len(statuses) >= 8, 60)
+        os.kill(int(replica.rsplit(":", 1)[1]), signal.SIGKILL)
+        before = len(statuses)
+        back = wait_for(lambda: httpx.get(f"{service}/metadata", timeout=30).json()["replica"] != replica, 120)
+        wait_for(lambda: len(statuses) >= before + 8, 60)
+        stop.set()
+    counts = Counter(statuses)
+    print(f"replica killed under 8 clients: {dict(counts)} over {len(statuses)} requests")
+    assert back and set(counts) <= {200, 503}, counts
+    metrics = httpx.get(f"{service}/metrics", timeout=10).text
+    print(f"requests sent again: {samples_of(metrics, 'spacy_elmo_replica_failures_total'):.0f}")
+    assert samples_of(metrics, "spacy_elmo_replica_restarts_total") == 1 and ready_within(service, 60)
+
+
+def test_sigterm_answers_the_requests_in_flight_then_stops(served):
+    """Last in this module: it stops the service."""
+    service, process = served
+    body = {"texts": [" ".join(["word"] * 300)] * 16}
+    with ThreadPoolExecutor(6) as pool:
+        in_flight = [pool.submit(httpx.post, f"{service}/embed", json=body, timeout=120) for _ in range(6)]
+        wait_for(lambda: samples_of(httpx.get(f"{service}/metrics").text, "spacy_elmo_requests_in_service") >= 3, 60)
+        process.send_signal(signal.SIGTERM)
+        wait_for(lambda: httpx.get(f"{service}/ready", timeout=10).status_code == 503, 30)
+        refused = httpx.post(f"{service}/embed", json={"texts": ["Too late."]}, timeout=30)
+        answered = [future.result() for future in in_flight]
+    output = process.stdout.read().decode() if process.wait(timeout=90) is not None else ""
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert [answer.status_code for answer in answered] == [200] * 6
+    assert process.returncode == 0 and "every request in flight was answered" in output, output[-2000:]
+
+
+def wait_for(condition, seconds) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            if condition():
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def samples_of(text, name) -> float:
+    """The sum of metric ``name``'s samples in Prometheus ``text``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)

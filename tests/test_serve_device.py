@@ -11,8 +11,9 @@ pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo
 import ray  # noqa: E402
 
 from spacy_elmo.cli import app  # noqa: E402
-from spacy_elmo.serving import service  # noqa: E402
-from spacy_elmo.serving.service import ServeSettings  # noqa: E402
+from spacy_elmo.serving import embedder, service  # noqa: E402
+from spacy_elmo.serving import settings as serve_settings
+from spacy_elmo.serving.settings import ServeSettings  # noqa: E402
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def test_an_unknown_device_is_refused(no_ray, tiny_weights):
 
 @pytest.mark.parametrize("device, gpus", [("cpu", None), ("cuda", 1)])
 def test_the_device_becomes_each_replicas_actor_options(device, gpus):
-    made = service.deployment(ServeSettings(source="original", device=device, replicas=2, threads=3))
+    made = service.embedder_deployment(ServeSettings(source="original", device=device, replicas=2, threads=3))
     assert made.num_replicas == 2
     assert made.ray_actor_options.get("num_gpus") == gpus and made.ray_actor_options["num_cpus"] == 0
     assert not ray.is_initialized()
@@ -71,8 +72,8 @@ def test_a_replica_loads_on_its_gpu_with_torchs_allocator(monkeypatch, tiny_weig
 
     calls = []
     monkeypatch.setattr(worker, "load_pipeline", lambda settings, gpu_id, allocator: calls.append((gpu_id, allocator)))
-    service.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cuda", threads=1))
-    service.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cpu", threads=1))
+    embedder.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cuda", threads=1))
+    embedder.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cpu", threads=1))
     assert calls == [(0, "pytorch"), (-1, "pytorch")]  # -1: the CPU, where no allocator is set
 
 
@@ -95,7 +96,7 @@ def test_the_gpu_is_taken_then_torchs_allocator_set(monkeypatch):
 def test_a_replica_without_a_gpu_says_so(monkeypatch, tiny_weights):
     gpus_here(monkeypatch, 0)
     with pytest.raises(ValueError, match=r"gpu_id 0: no such CUDA GPU \(torch sees 0 CUDA GPU\(s\)\)"):
-        service.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cuda", threads=1))
+        embedder.load_served_pipeline(ServeSettings(source=str(tiny_weights), device="cuda", threads=1))
 
 
 class Cluster:
@@ -111,11 +112,11 @@ class Cluster:
 def test_a_cluster_with_too_few_gpus_is_refused():
     settings = ServeSettings(source="original", device="cuda", replicas=2, threads=1)
     with pytest.raises(ValueError, match="the Ray cluster has 0. Add GPU nodes to the cluster, or serve on the CPU"):
-        service.check_gpus_of_cluster(Cluster({"CPU": 64.0}), settings)
+        serve_settings.check_gpus_of_cluster(Cluster({"CPU": 64.0}), settings)
     with pytest.raises(ValueError, match="has 1. Add GPU nodes to the cluster, give --replicas 1, or"):
-        service.check_gpus_of_cluster(Cluster({"CPU": 64.0, "GPU": 1.0}), settings)
-    service.check_gpus_of_cluster(Cluster({"GPU": 2.0}), settings)
-    service.check_gpus_of_cluster(Cluster({}), ServeSettings(source="original", replicas=2, threads=1))
+        serve_settings.check_gpus_of_cluster(Cluster({"CPU": 64.0, "GPU": 1.0}), settings)
+    serve_settings.check_gpus_of_cluster(Cluster({"GPU": 2.0}), settings)
+    serve_settings.check_gpus_of_cluster(Cluster({}), ServeSettings(source="original", replicas=2, threads=1))
 
 
 def test_joining_a_cluster_without_gpus_stops_before_serving(monkeypatch):

@@ -9,6 +9,19 @@ from wasabi import msg
 
 from .app import app
 
+MAX_WAIT_MS = typer.Option(
+    0.0, help="How long a free replica waits for more requests before a batch under --max-batch-tokens (0: none)."
+)
+MAX_CONCURRENT_REQUESTS = typer.Option(
+    0, help="Embedding requests in the service beyond which a request gets 429 at once (0: no limit)."
+)
+API_KEY = typer.Option(
+    None,
+    envvar="SPACY_ELMO_API_KEY",
+    show_envvar=True,
+    help="A key every route but /health and /ready asks for, as 'Authorization: Bearer KEY'.",
+)
+
 
 @app.command()
 def serve(
@@ -22,15 +35,19 @@ def serve(
     lang: str = typer.Option(None, help="Language of the blank pipeline around weights (default: the model's)."),
     replicas: int = typer.Option(1, help="Copies of the pipeline, each in its own process (Ray Serve replicas)."),
     threads: int = typer.Option(0, help="Torch threads per replica (0: the machine's CPU count)."),
-    max_batch_tokens: int = typer.Option(4096, help="Concurrent requests are batched up to about this many tokens."),
-    max_wait_ms: float = typer.Option(10.0, help="How long a batch waits for more requests, in milliseconds."),
+    max_batch_tokens: int = typer.Option(4096, help="A free replica takes the requests waiting, up to so many tokens."),
+    max_wait_ms: float = MAX_WAIT_MS,
     batching: bool = typer.Option(True, help="--no-batching runs each request alone."),
+    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
+    api_key: str = API_KEY,
     precision: str = typer.Option(None, help="fp32, bf16 or int8 (default: the pipeline's)."),
     ray_address: str = typer.Option(None, help="A Ray cluster to join (default: start Ray on this machine)."),
     device: str = typer.Option("cpu", help="cpu, or cuda: each replica on a CUDA GPU of its own (Ray assigns them)."),
 ) -> None:
-    """Serve ELMo over HTTP with dynamic batching: POST /embed (JSON texts or words in; vectors out),
-    GET /metadata, /health, /ready. Each request gets exactly what the pipeline gives it alone.
+    """Serve ELMo over HTTP with continuous batching: POST /embed (JSON texts or words in; vectors
+    out), POST /v1/embeddings (OpenAI's API), GET /metadata, /metrics, /health, /ready. Each request
+    gets exactly what the pipeline gives it alone. Ctrl-C stops; SIGTERM answers the requests in
+    flight first.
 
     curl -s localhost:8000/embed -d '{"texts": ["The cat sat."]}'"""
     settings = _checked_settings(
@@ -44,19 +61,29 @@ def serve(
         batching=batching,
         max_batch_tokens=max_batch_tokens,
         max_wait_ms=max_wait_ms,
+        max_concurrent_requests=max_concurrent_requests or None,
+        api_key=api_key,
         precision=precision,
         device=device,
     )
-    from ..serving.service import serve_until_interrupted, start
+    from ..serving.gateway import ROUTE_LIST
+    from ..serving.service import serve_until_stopped, start
 
     where = "a CUDA GPU per replica" if device == "cuda" else "the CPU"
-    msg.info(f"Serving {source} on {where}, http://{host}:{port} (POST /embed; GET /metadata, /health, /ready)")
+    msg.info(f"Serving {source} on {where}, http://{host}:{port} ({ROUTE_LIST})")
     try:
         start(settings, ray_address)
     except ValueError as err:  # a cluster without the GPUs asked for
         msg.fail("Bad setting", str(err), exits=1)
-    msg.info("Ctrl-C stops")
-    serve_until_interrupted()
+    msg.info("Ctrl-C stops; SIGTERM answers the requests in flight, then stops")
+    serve_until_stopped(on_drain=_drained)
+
+
+def _drained(left: int) -> None:
+    if left:
+        msg.warn(f"Drained: {left} request(s) still unanswered after the wait; stopping")
+    else:
+        msg.good("Drained: every request in flight was answered; stopping")
 
 
 def _checked_settings(ray_address: Optional[str], **options: Any) -> Any:
@@ -68,7 +95,7 @@ def _checked_settings(ray_address: Optional[str], **options: Any) -> Any:
         import ray.serve  # noqa: F401
 
         from ..kernels.precision import check_precision
-        from ..serving.service import ServeSettings, check_gpus_here, machine_threads
+        from ..serving.settings import ServeSettings, check_gpus_here, machine_threads
 
         options["precision"] = options["precision"] and check_precision(options["precision"])
         options["threads"] = options["threads"] or machine_threads()

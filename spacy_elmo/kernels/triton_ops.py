@@ -53,14 +53,15 @@ class KernelTiles:
 
 
 # linear, conv and bf16's step kernels: the fastest of those bench/bench_triton_tiles.py tried on an
-# H100 (BENCHMARKS.md); fp32's step kernels (multiply-add chains in pieces): chosen, not yet swept.
+# H100; fp32's step kernels: the fastest of those bench/bench_fp32_steps.py tried on an H200, all
+# giving the same bits (BENCHMARKS.md).
 TILES = {
     "fp32": KernelTiles(
         linear=Tiles(128, 128, 16, warps=8, stages=2),
         conv=Tiles(32, 128, 16, warps=4, stages=2),
         cell=Tiles(16, 64, 1, warps=2, stages=1),
         projection=Tiles(16, 64, 4, warps=2, stages=1, piece=128),
-        recurrent=Tiles(16, 64, 4, warps=2, stages=1, piece=128),
+        recurrent=Tiles(8, 64, 4, warps=1, stages=1, piece=128),
     ),
     "bf16": KernelTiles(
         linear=Tiles(128, 256, 64, warps=8, stages=3),

@@ -1,2 +1,3 @@
-"""ELMo behind HTTP: ``python -m spacy_elmo serve`` (``service``), reading requests (``requests``)
-and writing responses (``responses``) apart from the engine that carries them."""
+"""ELMo behind HTTP: ``python -m spacy_elmo serve`` (``service``): a gateway (``gateway``) in front
+of embedding replicas (``embedder``, batching with ``batcher``), reading requests (``requests``,
+``openai_api``), writing responses (``responses``) and metrics (``metrics``); settings in ``settings``."""

@@ -38,13 +38,24 @@ class ServeLimits:
 
 
 @dataclass(frozen=True)
+class OpenAIForm:
+    """How ``POST /v1/embeddings`` wants its answer (``openai_api``): ``model`` echoed back, the
+    embeddings as "float" lists or "base64" (little-endian float32)."""
+
+    model: str
+    encoding_format: str = "float"
+
+
+@dataclass(frozen=True)
 class EmbedRequest:
-    """One request's docs, as texts or as words, and what it asks for each token."""
+    """One request's docs, as texts or as words, and what it asks for each token; ``openai``: the
+    answer in OpenAI's form (doc vectors only), where it came by that route."""
 
     texts: Optional[Tuple[str, ...]] = None
     words: Optional[Tuple[Tuple[str, ...], ...]] = None
     tokens: str = "mix"
     dtype: str = "float32"
+    openai: Optional[OpenAIForm] = None
 
     @property
     def n_docs(self) -> int:
@@ -60,11 +71,29 @@ class EmbedRequest:
 
 def parse_request(body: bytes, limits: ServeLimits) -> EmbedRequest:
     """``body`` (the raw bytes of a POST) as an ``EmbedRequest``; ``BadRequest`` where it is not one."""
+    data = read_json(body, limits, 'send JSON such as {"texts": ["The cat sat."]}')
+    if not isinstance(data, dict):
+        raise BadRequest(422, f'expected a JSON object such as {{"texts": [...]}}, got {type(data).__name__}')
+    unknown = sorted(set(data) - {"texts", "words", "tokens", "dtype"})
+    if unknown:
+        raise BadRequest(422, f"unknown fields {shown(unknown)}; the fields are texts or words, tokens, dtype")
+    tokens = _choice(data, "tokens", TOKEN_OUTPUTS)
+    dtype = _choice(data, "dtype", DTYPES)
+    if ("texts" in data) == ("words" in data):
+        raise BadRequest(422, 'send either "texts" (a list of strings) or "words" (a list of lists of strings)')
+    if "texts" in data:
+        return EmbedRequest(texts=checked_texts(data["texts"], "texts", limits), tokens=tokens, dtype=dtype)
+    return EmbedRequest(words=_words(data["words"], limits), tokens=tokens, dtype=dtype)
+
+
+def read_json(body: bytes, limits: ServeLimits, example: str) -> Any:
+    """The JSON value of ``body``; a 400 (or 413) that says why where it has none. ``example``: how to
+    send it right, for an empty body."""
     if not body:
-        raise BadRequest(400, 'empty body: send JSON such as {"texts": ["The cat sat."]}')
+        raise BadRequest(400, f"empty body: {example}")
     check_body_size(len(body), limits)
     try:
-        data = json.loads(body.decode("utf-8"))
+        return json.loads(body.decode("utf-8"))
     except UnicodeDecodeError as err:
         raise BadRequest(400, f"the body is not UTF-8 (byte {err.start}): encode the JSON as UTF-8") from None
     except json.JSONDecodeError as err:
@@ -73,18 +102,6 @@ def parse_request(body: bytes, limits: ServeLimits) -> EmbedRequest:
         raise BadRequest(400, "the body's JSON is nested too deeply to read: send a flat object") from None
     except ValueError as err:  # a number past Python's 4,300 digits
         raise BadRequest(400, f"the body's JSON holds a value that cannot be read: {err}") from None
-    if not isinstance(data, dict):
-        raise BadRequest(422, f'expected a JSON object such as {{"texts": [...]}}, got {type(data).__name__}')
-    unknown = sorted(set(data) - {"texts", "words", "tokens", "dtype"})
-    if unknown:
-        raise BadRequest(422, f"unknown fields {_shown(unknown)}; the fields are texts or words, tokens, dtype")
-    tokens = _choice(data, "tokens", TOKEN_OUTPUTS)
-    dtype = _choice(data, "dtype", DTYPES)
-    if ("texts" in data) == ("words" in data):
-        raise BadRequest(422, 'send either "texts" (a list of strings) or "words" (a list of lists of strings)')
-    if "texts" in data:
-        return EmbedRequest(texts=_texts(data["texts"], limits), tokens=tokens, dtype=dtype)
-    return EmbedRequest(words=_words(data["words"], limits), tokens=tokens, dtype=dtype)
 
 
 def check_body_size(size: int, limits: ServeLimits) -> None:
@@ -96,26 +113,27 @@ def check_body_size(size: int, limits: ServeLimits) -> None:
 def _choice(data: dict, field: str, allowed: Tuple[str, ...]) -> str:
     value = data.get(field, allowed[0])
     if not isinstance(value, str) or value not in allowed:
-        raise BadRequest(422, f"{field} must be one of {list(allowed)}, got {_shown(value)}")
+        raise BadRequest(422, f"{field} must be one of {list(allowed)}, got {shown(value)}")
     return value
 
 
 def _docs(value: Any, field: str, limits: ServeLimits) -> List[Any]:
     if not isinstance(value, list) or not value:
-        raise BadRequest(422, f"{field} must be a non-empty list, got {_shown(value)}")
+        raise BadRequest(422, f"{field} must be a non-empty list, got {shown(value)}")
     if len(value) > limits.max_docs:
         raise BadRequest(413, f"{len(value)} docs in {field}; the limit is {limits.max_docs} a request")
     return value
 
 
-def _texts(value: Any, limits: ServeLimits) -> Tuple[str, ...]:
-    texts = _docs(value, "texts", limits)
+def checked_texts(value: Any, field: str, limits: ServeLimits) -> Tuple[str, ...]:
+    """``value`` as the texts of the request's ``field``: a non-empty list of strings within the limits."""
+    texts = _docs(value, field, limits)
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise BadRequest(422, f"texts[{i}] must be a string, got {_shown(text)}")
-        _check_unicode(text, f"texts[{i}]")
+            raise BadRequest(422, f"{field}[{i}] must be a string, got {shown(text)}")
+        _check_unicode(text, f"{field}[{i}]")
         if len(text) > limits.max_chars:
-            raise BadRequest(413, f"texts[{i}] has {len(text):,} characters; the limit is {limits.max_chars:,}")
+            raise BadRequest(413, f"{field}[{i}] has {len(text):,} characters; the limit is {limits.max_chars:,}")
     return tuple(texts)
 
 
@@ -123,7 +141,7 @@ def _words(value: Any, limits: ServeLimits) -> Tuple[Tuple[str, ...], ...]:
     docs = _docs(value, "words", limits)
     for i, words in enumerate(docs):
         if not isinstance(words, list) or not all(isinstance(word, str) and word for word in words):
-            raise BadRequest(422, f"words[{i}] must be a list of non-empty strings, got {_shown(words)}")
+            raise BadRequest(422, f"words[{i}] must be a list of non-empty strings, got {shown(words)}")
         if len(words) > limits.max_words:
             raise BadRequest(413, f"words[{i}] has {len(words):,} words; the limit is {limits.max_words:,}")
         for j, word in enumerate(words):
@@ -143,7 +161,7 @@ def _check_unicode(text: str, where: str) -> None:
         ) from None
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A short JSON rendering of a client's value for a message (its type where it cannot be written)."""
     try:
         text = json.dumps(value)

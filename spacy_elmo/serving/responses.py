@@ -10,7 +10,7 @@ and ``vector``); per token, as the request asks, ``vectors`` (n, 2P) mixed or ``
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 import orjson
@@ -18,22 +18,31 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..pipeline.storage import mixed_vectors, stored_layers
+from .openai_api import openai_body
 from .requests import EmbedRequest
 
 
-def embed_requests(nlp: Language, requests: Sequence[EmbedRequest]) -> List[bytes]:
-    """The JSON body of the answer to each of ``requests``, all their docs run in one ``nlp.pipe``."""
+def embed_requests(nlp: Language, requests: Sequence[EmbedRequest]) -> Tuple[List[bytes], int]:
+    """The JSON body of the answer to each of ``requests``, all their docs run in one ``nlp.pipe``,
+    and how many tokens they held."""
     inputs: List[Union[str, Doc]] = []
     for request in requests:
         if request.texts is not None:
             inputs.extend(request.texts)
         else:
             inputs.extend(Doc(nlp.vocab, words=list(words)) for words in request.words or ())
-    docs = iter(nlp.pipe(inputs))
-    return [answer([next(docs) for _ in range(request.n_docs)], request) for request in requests]
+    docs = list(nlp.pipe(inputs))
+    answers, start = [], 0
+    for request in requests:
+        answers.append(answer(docs[start : start + request.n_docs], request))
+        start += request.n_docs
+    return answers, sum(len(doc) for doc in docs)
 
 
 def answer(docs: Sequence[Doc], request: EmbedRequest) -> bytes:
+    """One request's answer: ``/embed``'s form, or OpenAI's where it came by ``/v1/embeddings``."""
+    if request.openai is not None:
+        return openai_body(docs, request.openai)
     dtype = np.float16 if request.dtype == "float16" else np.float32
     payload = {"docs": [doc_payload(doc, request.tokens, dtype) for doc in docs]}
     return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -1,0 +1,141 @@
+"""Continuous batching for one replica: requests queue while its worker runs a batch; the moment the
+worker is free it takes every request waiting, oldest first, up to a token budget, and runs them as
+one batch. A lone request starts at once (no timer holds it), and under load batches grow by
+themselves to what arrived during the last one.
+
+The worker is one thread the replica owns (``ThreadPoolExecutor(max_workers=1)``), which also loaded
+the pipeline: CUDA's current device and cupy's state are per thread, and a GPU pipeline must be
+called from the thread that set them up. The event loop stays free meanwhile, so health, metrics and
+refusals are answered while a batch runs. A request whose client left before its batch started is
+dropped from the queue (its future is cancelled) and costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable, Deque, Generic, List, Optional, Tuple, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    """What a batch was: its number in this batcher, its requests and their docs and tokens, and how
+    many requests were still waiting when it started."""
+
+    number: int
+    requests: int
+    docs: int
+    tokens: int
+    waiting: int
+
+
+# A batch run: the items in, one result per item and the batch's token count out.
+RunBatch = Callable[[List[Item]], Tuple[List[Result], int]]
+
+
+@dataclass
+class _Waiting(Generic[Item, Result]):
+    item: Item
+    size: int
+    docs: int
+    arrived: float
+    future: "asyncio.Future[Tuple[Result, BatchFigures]]"
+
+
+class ContinuousBatcher(Generic[Item, Result]):
+    """Batches ``run`` over the items ``submit`` receives (see the module docstring).
+
+    ``size(item)``: what the budget ``max_tokens`` counts (an item above it runs alone); ``docs(item)``:
+    for the figures. ``max_requests``: most items a batch (1: each alone). ``max_wait_s`` above 0 holds
+    a batch that is under its budget until its oldest item is that old."""
+
+    def __init__(
+        self,
+        run: "RunBatch[Item, Result]",
+        worker: Executor,
+        size: Callable[[Item], int],
+        docs: Callable[[Item], int],
+        max_tokens: int,
+        max_requests: Optional[int] = None,
+        max_wait_s: float = 0.0,
+    ) -> None:
+        self.run, self.worker, self.size, self.docs = run, worker, size, docs
+        self.max_tokens, self.max_requests, self.max_wait_s = max_tokens, max_requests, max_wait_s
+        self._queue: Deque[_Waiting[Item, Result]] = deque()
+        self._arrival = asyncio.Event()
+        self._task: Optional["asyncio.Task[None]"] = None
+        self._batches = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued and not yet in a batch."""
+        return sum(not entry.future.cancelled() for entry in self._queue)
+
+    async def submit(self, item: Item) -> Tuple[Result, BatchFigures]:
+        """``item``'s result and the figures of the batch it ran in."""
+        loop = asyncio.get_running_loop()
+        entry = _Waiting(item, self.size(item), self.docs(item), time.monotonic(), loop.create_future())
+        self._queue.append(entry)
+        self._arrival.set()
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._serve())
+        return await entry.future
+
+    async def _serve(self) -> None:
+        """Run batches while anything waits; returns when the queue is empty."""
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            await self._hold()
+            batch = self._take()
+            if not batch:
+                continue
+            self._batches += 1
+            items = [entry.item for entry in batch]
+            try:
+                results, tokens = await loop.run_in_executor(self.worker, self.run, items)
+            except Exception as failure:  # each request of the batch gets the error; the batcher goes on
+                for entry in batch:
+                    if not entry.future.done():
+                        entry.future.set_exception(failure)
+                continue
+            figures = BatchFigures(self._batches, len(batch), sum(e.docs for e in batch), tokens, self.waiting)
+            for entry, result in zip(batch, results):
+                if not entry.future.done():
+                    entry.future.set_result((result, figures))
+
+    async def _hold(self) -> None:
+        """With ``max_wait_s``, wait for more requests until the budget is full or the oldest waiting
+        request is that old."""
+        if self.max_wait_s <= 0:
+            return
+        deadline = self._queue[0].arrived + self.max_wait_s
+        while self._waiting_tokens() < self.max_tokens and time.monotonic() < deadline:
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                break
+
+    def _take(self) -> List[_Waiting[Item, Result]]:
+        """The next batch: the oldest live requests within the budget (at least one)."""
+        batch: List[_Waiting[Item, Result]] = []
+        tokens = 0
+        while self._queue and (self.max_requests is None or len(batch) < self.max_requests):
+            entry = self._queue[0]
+            if entry.future.cancelled():
+                self._queue.popleft()
+                continue
+            if batch and tokens + entry.size > self.max_tokens:
+                break
+            batch.append(self._queue.popleft())
+            tokens += entry.size
+        return batch
+
+    def _waiting_tokens(self) -> int:
+        return sum(entry.size for entry in self._queue if not entry.future.cancelled())

@@ -1,0 +1,233 @@
+"""The service's front door: every HTTP request comes here first (the Ray Serve application's
+ingress), and embedding requests go on to the replicas (``embedder.Embedder``) through a handle.
+
+    POST /embed            docs in, vectors out (``requests``, ``responses``)
+    POST /v1/embeddings    OpenAI's embeddings API (``openai_api``)
+    GET  /metadata         the pipeline, the biLM's sizes, precision and kernels, the service's settings
+    GET  /metrics          Prometheus text (``metrics``)
+    GET  /health           the service is up (open without a key)
+    GET  /ready            a replica answers and the service is not draining (open without a key)
+
+In order, an embedding request is: checked for the key (401), refused while draining (503) or
+beyond ``max_concurrent_requests`` (429, both with ``Retry-After``), read and checked (4xx, see
+``requests``), then embedded. A replica that dies under it costs it nothing: the request is sent
+once more (embedding is idempotent), waiting up to ``RETRY_WAIT_S`` for a replica, and answered 503
+with ``Retry-After`` only where none comes back in that time. Nothing a client sends is a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import asdict
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, Type
+
+import orjson
+
+from .embedder import Embedded
+from .metrics import CONTENT_TYPE, ServiceMetrics
+from .openai_api import openai_error, parse_openai_request
+from .requests import BadRequest, EmbedRequest, check_body_size, parse_request
+from .settings import ServeSettings
+
+RETRY_WAIT_S = 30.0  # how long a request whose replica died waits for another
+RETRY_AFTER_S = 1  # what 429 and 503 answers tell a client to wait
+READY_WAIT_S = 2.0  # how long /ready waits for a replica to answer
+OPEN_PATHS = ("/health", "/ready")
+ROUTES = {
+    "/embed": "POST",
+    "/v1/embeddings": "POST",
+    "/metadata": "GET",
+    "/metrics": "GET",
+    "/health": "GET",
+    "/ready": "GET",
+}
+ROUTE_LIST = "POST /embed, /v1/embeddings; GET /metadata, /metrics, /health, /ready"
+
+logger = logging.getLogger(__name__)
+
+ErrorBody = Callable[[int, str], Any]
+
+
+class ReplicaUnavailable(Exception):
+    """No replica answered a request, after one retry."""
+
+
+class Gateway:
+    """The ingress (see the module docstring). ``embedder``: a Ray Serve handle to the ``Embedder``
+    deployment (anything whose ``embed`` and ``describe`` have an awaitable ``.remote``)."""
+
+    def __init__(self, settings: ServeSettings, embedder: Any) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.metrics = ServiceMetrics(settings.replicas)
+        self.in_service = 0
+        self.draining = False
+        self._width: Optional[int] = None  # the model's vector width, once a replica said it
+
+    async def __call__(self, request: Any) -> Any:
+        """``request``: a Starlette request; the answer, a Starlette response."""
+        started = time.perf_counter()
+        path = request.url.path.rstrip("/") or "/"
+        response = await self._route(request, path)
+        route = path if path in ROUTES else "other"
+        self.metrics.answered(route, response.status_code, time.perf_counter() - started)
+        return response
+
+    def drain(self) -> int:
+        """Refuse new embedding requests with 503 from now on; the requests still in the service."""
+        self.draining = True
+        return self.in_service
+
+    def requests_in_service(self) -> int:
+        return self.in_service
+
+    async def _route(self, request: Any, path: str) -> Any:
+        if path not in ROUTES:
+            return json_response({"error": f"no route {request.method} {path}: {ROUTE_LIST}"}, 404)
+        error = _openai_error if path == "/v1/embeddings" else _error
+        if path not in OPEN_PATHS and not self._authorized(request):
+            message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
+            return json_response(error(401, message), 401, {"WWW-Authenticate": "Bearer"})
+        if request.method != ROUTES[path]:
+            return json_response(error(405, f"{path} takes {ROUTES[path]}: {ROUTE_LIST}"), 405)
+        if path == "/embed":
+            return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
+        if path == "/v1/embeddings":
+            width = self._width or (await self._about())["elmo"]["width"]
+            return await self._embedding(
+                request, lambda body: parse_openai_request(body, self.settings.limits, width), error
+            )
+        return await self._plain(path)
+
+    async def _plain(self, path: str) -> Any:
+        if path == "/health":
+            return json_response({"status": "ok"})
+        if path == "/metrics":
+            return json_response(self.metrics.text(), media_type=CONTENT_TYPE)
+        if path == "/ready":
+            ready = not self.draining and await self._replica_answers()
+            return json_response({"ready": ready}, 200 if ready else 503)
+        return json_response(await self._about())
+
+    async def _embedding(self, request: Any, parse: Callable[[bytes], EmbedRequest], error: ErrorBody) -> Any:
+        retry = {"Retry-After": str(RETRY_AFTER_S)}
+        if self.draining:
+            return json_response(error(503, "the service is shutting down: send the request elsewhere"), 503, retry)
+        limit = self.settings.max_concurrent_requests
+        if limit is not None and self.in_service >= limit:
+            message = f"{self.in_service} requests in the service, the limit (--max-concurrent-requests): retry later"
+            return json_response(error(429, message), 429, retry)
+        self.in_service += 1
+        self.metrics.in_service.set(self.in_service)
+        try:
+            try:
+                parsed = parse(await self._body(request))
+            except BadRequest as bad:
+                return json_response(error(bad.status, bad.message), bad.status)
+            try:
+                embedded = await self._embedded(parsed)
+            except ReplicaUnavailable as gone:
+                return json_response(error(503, str(gone)), 503, retry)
+            self.metrics.ran(embedded.replica, embedded.batch)
+            return json_response(embedded.body)
+        finally:
+            self.in_service -= 1
+            self.metrics.in_service.set(self.in_service)
+
+    async def _body(self, request: Any) -> bytes:
+        """The body, refused unread where its declared length is over the limit."""
+        from starlette.requests import ClientDisconnect
+
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit():
+            check_body_size(int(declared), self.settings.limits)
+        try:
+            return await request.body()
+        except ClientDisconnect:  # nobody reads the answer
+            raise BadRequest(400, "the client went away before its body arrived") from None
+
+    async def _embedded(self, request: EmbedRequest) -> Embedded:
+        """The replicas' answer; sent once more where the first replica died under it."""
+        lost = replica_lost_errors()
+        lost_or_late = lost + (asyncio.TimeoutError,)
+        try:
+            return await self.embedder.embed.remote(request)
+        except lost as first:
+            self.metrics.replicas_lost.inc()
+            logger.warning("spacy-elmo serve: a replica was lost under a request (%s); sending it again", first)
+        try:
+            return await _within(self.embedder.embed.remote(request), RETRY_WAIT_S)
+        except lost_or_late as second:
+            self.metrics.replicas_lost.inc()
+            raise ReplicaUnavailable(
+                f"no replica could embed the request (one was lost, and none answered within {RETRY_WAIT_S:.0f} s: "
+                f"{type(second).__name__}): retry later"
+            ) from None
+
+    async def _about(self) -> Dict[str, Any]:
+        """``/metadata``: a replica's description and the service's settings."""
+        described = await self.embedder.describe.remote()
+        self._width = described["elmo"]["width"]
+        settings = self.settings
+        return {
+            **described,
+            "batching": {
+                "on": settings.batching,
+                "max_batch_tokens": settings.max_batch_tokens,
+                "max_wait_ms": settings.max_wait_ms,
+            },
+            "max_concurrent_requests": settings.max_concurrent_requests,
+            "api_key": settings.api_key is not None,
+            "limits": asdict(settings.limits),
+        }
+
+    async def _replica_answers(self) -> bool:
+        try:
+            await _within(self.embedder.describe.remote(), READY_WAIT_S)
+        except Exception:  # no replica, or none in time: not ready
+            return False
+        return True
+
+    def _authorized(self, request: Any) -> bool:
+        """Whether ``request`` carries the key (compared in constant time), or none is set."""
+        key = self.settings.api_key
+        if key is None:
+            return True
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+
+
+def replica_lost_errors() -> Tuple[Type[BaseException], ...]:
+    """What awaiting a replica raises where it died or cannot be reached."""
+    from ray.exceptions import RayActorError
+    from ray.serve.exceptions import BackPressureError
+
+    return (RayActorError, BackPressureError)
+
+
+async def _within(answer: Awaitable[Any], seconds: float) -> Any:
+    async def awaited() -> Any:
+        return await answer
+
+    return await asyncio.wait_for(awaited(), seconds)
+
+
+def _error(status: int, message: str) -> Dict[str, str]:
+    return {"error": message}
+
+
+def _openai_error(status: int, message: str) -> Dict[str, Any]:
+    return openai_error(status, message)
+
+
+def json_response(
+    body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None, media_type: str = "application/json"
+) -> Any:
+    """A Starlette response of ``body`` (bytes already written, or something orjson writes)."""
+    from starlette.responses import Response
+
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return Response(content=content, status_code=status, headers=headers, media_type=media_type)
