@@ -55,6 +55,7 @@ setup(
             "orjson>=3.9",
             "httpx>=0.27",  # the tests' HTTP client
             "openai>=1.40",  # the tests speak to serve's /v1/embeddings with OpenAI's own client
+            "sybil>=9",  # tests/test_docs.py runs the docs' code blocks
             "matplotlib>=3.5",
             "gensim>=4.3",
             "build>=1.0",

@@ -3,7 +3,10 @@ where the cache lives.
 
 A reader never sees a half-written file: content goes to a temporary name beside the target,
 is flushed to disk, and is renamed into place (``os.replace`` is atomic on one file system).
-A failure removes the temporary and leaves the target as it was.
+A failure removes the temporary and leaves the target as it was. Temporaries are created with the
+modes a plain ``open`` or ``mkdir`` gives under the user's umask (``tempfile``'s are private,
+0600 and 0700, and would stay so after the rename), so what is written can be shared as the user's
+other files are.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
+import stat
 from pathlib import Path
 from typing import Any, Callable, Iterator, Union
 
@@ -34,10 +38,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], object]) -> Path:
     """Call ``write(temporary_path)``, then rename the temporary file to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
+    temporary = _create_beside(path, ".tmp", lambda name: os.close(os.open(name, _NEW_FILE, 0o666)))
+    shared = stat.S_IMODE(temporary.stat().st_mode)  # what the umask gives a new file
     try:
         write(Path(temporary))
+        if stat.S_IMODE(temporary.stat().st_mode) != shared:  # a writer that replaced the file (safetensors: 0600)
+            os.chmod(temporary, shared)
         with open(temporary, "rb+") as stream:
             os.fsync(stream.fileno())
         os.replace(temporary, path)
@@ -45,6 +51,26 @@ def atomic_write(path: PathLike, write: Callable[[Path], object]) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+
+
+def _create_beside(path: Path, suffix: str, create: Callable[[Path], object]) -> Path:
+    """A new hidden name beside ``path`` (``.NAME.RANDOM.SUFFIX``), made by ``create(name)``, which
+    fails where the name exists (then another is drawn)."""
+    while True:
+        candidate = path.parent / f".{path.name}.{secrets.token_hex(6)}{suffix}"
+        try:
+            create(candidate)
+        except FileExistsError:
+            continue
+        return candidate
+
+
+def directory_beside(path: Path, suffix: str = ".tmp") -> Path:
+    """A new empty hidden directory beside ``path``, with the mode ``mkdir`` gives under the umask."""
+    return _create_beside(path, suffix, lambda name: os.mkdir(name, 0o777))
 
 
 def atomic_write_text(path: PathLike, text: str) -> Path:
@@ -70,7 +96,7 @@ def atomic_directory(path: PathLike, replace: bool = False) -> Iterator[Path]:
     if path.exists() and not (replace and path.is_dir()):
         raise FileExistsError(f"{path} already exists; choose another output directory or remove it first.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    temporary = directory_beside(path)
     try:
         yield temporary
         _swap_into_place(temporary, path)
@@ -83,7 +109,7 @@ def _swap_into_place(temporary: Path, path: Path) -> None:
     if not path.exists():
         os.replace(temporary, path)
         return
-    retired = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+    retired = _create_beside(path, ".old", lambda name: os.mkdir(name, 0o700))
     os.replace(path, retired / path.name)
     try:
         os.replace(temporary, path)

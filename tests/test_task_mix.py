@@ -121,7 +121,8 @@ def test_clear_errors():
 
 @pytest.mark.slow
 def test_tiny_spacy_train_with_the_shipped_elmo_config(tiny_elmo_pipeline, upos_corpus, tmp_path):
-    """The shipped config as it is: the mix's sizes come from the sourced elmo component."""
+    """The shipped config as it is: the mix's sizes come from the sourced elmo component, and the
+    sourced sentencizer keeps the source pipeline's sentences, so its vectors too."""
     command = [
         sys.executable,
         "-m",
@@ -145,7 +146,11 @@ def test_tiny_spacy_train_with_the_shipped_elmo_config(tiny_elmo_pipeline, upos_
     assert result.returncode == 0, result.stderr[-3000:]
     nlp = spacy.load(tmp_path / "out" / "model-last")
     doc = nlp("The dog sat on the mat .")
-    assert nlp.pipe_names == ["elmo", "tagger"] and [t.tag_ for t in doc][:2] == ["DET", "NOUN"]
+    assert nlp.pipe_names == ["sentencizer", "elmo", "tagger"] and [t.tag_ for t in doc][:2] == ["DET", "NOUN"]
+    text = "We sat on the bank. The bank raised its rates."  # two sentences: ELMo's context is each one
+    trained, source = nlp(text), spacy.load(tiny_elmo_pipeline)(text)
+    assert [s.text for s in trained.sents] == [s.text for s in source.sents] and len(list(source.sents)) == 2
+    assert np.array_equal(trained._.elmo_data, source._.elmo_data), "training kept the source's vectors"
     (mix,) = task_mixes(nlp.get_pipe("tagger").model)
     assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 32), "the tiny biLM's sizes, saved with the model"
     weights, gamma = mix_weights(mix)

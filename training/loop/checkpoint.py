@@ -17,13 +17,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import Tensor
 
-from spacy_elmo.files import atomic_write_text
+from spacy_elmo.files import atomic_write_text, directory_beside
 from spacy_elmo.weights.native import save_bilm
 
 from ..vocab import Vocabulary
@@ -85,7 +84,7 @@ def best_checkpoint(directory: Path) -> Optional[Path]:
 def _write_directory(final: Path, write: Callable[[Path], None]) -> Path:
     """Fill a temporary directory beside ``final`` with ``write`` and rename it into place."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    temporary = directory_beside(final)
     try:
         write(temporary)
         _fsync_directory(temporary)
