@@ -4,6 +4,7 @@ import hashlib
 import io
 import socket
 import zipfile
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -255,3 +256,38 @@ def test_the_component_names_an_unknown_model_clearly(cache):
     nlp.add_pipe("elmo", config={"weights": "orignal"})
     with pytest.raises(UnknownModelError, match="No published model named 'orignal'. Did you mean original"):
         nlp.initialize()
+
+
+def test_offline_one_error_lists_every_file_and_placing_them_is_enough(cache, tmp_path, fixture_bilm, original_files):
+    """No network: one error names every file of the model with the path it is read from; with the
+    files placed there, the same call converts the model without a request."""
+    with socket.socket() as probe:  # a port on which nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    offline = SimpleNamespace(url=lambda path: f"http://127.0.0.1:{port}{path}")  # the entry's URLs, unreachable
+    weights = original_files["/elmo/weights.hdf5"]
+    entry = catalogue_entry(offline, name="offline-elmo", size=len(weights), sha256=hashlib.sha256(weights).hexdigest())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(CATALOGUE, entry.name, entry)
+        with pytest.raises(DownloadError) as failure:
+            download_model("offline-elmo", tmp_path / "bilm", progress=False)
+        message = str(failure.value)
+        assert message.startswith("Could not reach 2 file(s) of the model")
+        for remote in entry.files:
+            assert f"{remote.url}\n    -> {cached_path(remote)}" in message
+        assert (
+            f"(sha256 {entry.files[1].sha256}, {len(weights):,} bytes)" in message and "--options file:///" in message
+        )
+        for remote, path in zip(entry.files, ("/elmo/options.json", "/elmo/weights.hdf5")):
+            cached_path(remote).parent.mkdir(parents=True, exist_ok=True)
+            cached_path(remote).write_bytes(original_files[path])
+        assert_same_layers(load_bilm(download_model("offline-elmo", tmp_path / "bilm", progress=False)), fixture_bilm)
+
+
+def test_an_unreachable_archive_url_hints_at_a_file_url(cache):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(DownloadError, match=r'weights = "file:///path/to/model\.zip"') as failure:
+        resolve_weights(f"http://127.0.0.1:{port}/models/model.zip", progress=False)
+    assert "--options" not in str(failure.value)

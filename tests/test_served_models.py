@@ -149,6 +149,7 @@ def test_a_lemma_model_without_a_lemmatizer_says_which_component_to_add(served):
     nlp.add_pipe("elmo", config={"weights": "nlpl-lemmas"})
     with pytest.raises(ValueError, match=r"no component before it sets them.*add_pipe\('lemmatizer'"):
         nlp.initialize()
+    assert served["server"].requests == [], "said before the model's download, from the catalogue"
 
 
 def test_docs_without_lemmas_are_refused_by_a_lemma_model(served):

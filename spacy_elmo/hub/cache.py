@@ -26,7 +26,7 @@ from ..files import atomic_directory, atomic_write_json
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
 from ..weights.original import import_original
 from .catalogue import PublishedModel, get_model
-from .download import DownloadError, RemoteFile, cache_dir, fetch, recorded_sha256
+from .download import DownloadError, RemoteFile, cache_dir, fetch_all, recorded_sha256
 
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
@@ -58,13 +58,27 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
     target = _models_dir(cache) / model.name
     if _is_native(target):
         return target
-    paths = [fetch(remote, cache, progress) for remote in model.files]
+    paths = fetch_all(model.files, cache, progress, _local_copies_hint(model))
     if not model.is_archive:
         return _convert_into(
             target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model)
         )
     with _extracted(paths[0]) as folder:
         return _convert_into(target, lambda: convert_directory(folder), model.files, paths, _provenance(model))
+
+
+_ARCHIVE_HINT = 'Or give a copy of the archive as the weights, by a file:// URL: weights = "file:///path/to/{name}".'
+
+
+def _local_copies_hint(model: PublishedModel) -> str:
+    """Where the files are already on this machine elsewhere: how to point at them."""
+    if model.is_archive:
+        name = model.files[0].filename
+        return f'Or give a copy of the archive as weights: weights = "file:///path/to/{name}" (a file:// URL).'
+    return (
+        f"Or point at copies elsewhere: python -m spacy_elmo download {model.name} OUT "
+        "--options file:///path/options.json --weights file:///path/weights.hdf5"
+    )
 
 
 def ensure_original_files(
@@ -75,7 +89,7 @@ def ensure_original_files(
     target = _models_dir(cache) / f"{_slug(label)}-{_url_key(options_url + ' ' + weights_url)}"
     if _is_native(target):
         return target
-    paths = [fetch(remote, cache, progress) for remote in remotes]
+    paths = fetch_all(remotes, cache, progress)
     return _convert_into(target, lambda: import_original(paths[0], paths[1]), remotes, paths, {"name": label})
 
 
@@ -86,7 +100,7 @@ def ensure_url(url: str, cache: Optional[Path] = None, progress: bool = True) ->
     if _is_native(target):
         return target
     remote = RemoteFile(url, name)
-    path = fetch(remote, cache, progress)
+    (path,) = fetch_all([remote], cache, progress, _ARCHIVE_HINT.format(name=name))
     with _extracted(path) as folder:
         return _convert_into(target, lambda: convert_directory(folder), (remote,), [path], {"name": url})
 

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -38,6 +38,16 @@ READ_TIMEOUT_S = 60
 
 class DownloadError(OSError):
     """A file that could not be fetched, or that failed its size or checksum check."""
+
+
+class Unreachable(DownloadError):
+    """A file whose server could not be reached (no network, a firewall): ``remote``, and
+    ``target``, where a copy placed by hand is read from without a request."""
+
+    def __init__(self, message: str, remote: "RemoteFile", target: Path) -> None:
+        super().__init__(message)
+        self.remote = remote
+        self.target = target
 
 
 @dataclass(frozen=True)
@@ -256,11 +266,45 @@ def _interrupted(remote: RemoteFile, part: Path) -> DownloadError:
     )
 
 
-def _unreachable(remote: RemoteFile, part: Path, err: Exception) -> DownloadError:
+def _unreachable(remote: RemoteFile, part: Path, err: Exception) -> Unreachable:
     target = part.with_name(part.name[: -len(".part")])
-    return DownloadError(
+    return Unreachable(
         f"Could not reach {remote.url} ({type(err).__name__}). Without network access, download "
         f"the file on another machine and place it at {target}, or point at local copies with "
         "file:// URLs (python -m spacy_elmo download NAME OUT --options file:///path/options.json "
-        "--weights file:///path/weights.hdf5)."
+        "--weights file:///path/weights.hdf5).",
+        remote,
+        target,
     )
+
+
+def fetch_all(
+    remotes: Iterable[RemoteFile], cache: Optional[Path] = None, progress: bool = True, hint: str = ""
+) -> List[Path]:
+    """The local path of each of ``remotes``, fetched as ``fetch`` does. Where some cannot be
+    reached, one error lists every one of them, with where to place it and what it must be, so that
+    a machine without network is set up in one round (files already in place are used as they are);
+    ``hint``: another way, said last."""
+    paths, missing = [], []
+    for remote in remotes:
+        try:
+            paths.append(fetch(remote, cache, progress))
+        except Unreachable as unreachable:
+            missing.append(unreachable)
+    if missing:
+        raise DownloadError(_offline_message(missing, hint))
+    return paths
+
+
+def _offline_message(missing: List[Unreachable], hint: str) -> str:
+    lines = [
+        f"Could not reach {len(missing)} file(s) of the model (no network?). Place each file at its path, then run "
+        "the same command again:"
+    ]
+    for unreachable in missing:
+        remote = unreachable.remote
+        pins = ([f"sha256 {remote.sha256}"] if remote.sha256 else []) + (
+            [f"{remote.size:,} bytes"] if remote.size else []
+        )
+        lines.append(f"  {remote.url}\n    -> {unreachable.target}" + (f" ({', '.join(pins)})" if pins else ""))
+    return "\n".join(lines + ([hint] if hint else []))

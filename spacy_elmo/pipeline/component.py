@@ -30,6 +30,7 @@ from spacy.vocab import Vocab
 from thinc.api import Config, Model, Optimizer
 
 from ..hub.cache import recorded_input_attr, resolve_weights
+from ..hub.catalogue import CATALOGUE
 from ..weights.native import load_bilm
 from . import centering_fit
 from .bilm_layer import get_bilm, on_bilm_device, set_bilm
@@ -200,6 +201,7 @@ class Elmo(TrainablePipe):
                 "PATH being a directory written by `python -m spacy_elmo convert` or by pretraining, "
                 "or a published model's name such as 'original' (python -m spacy_elmo models)."
             )
+        self._check_before_download(str(path), nlp)
         directory = resolve_weights(path)
         set_bilm(self.model, load_bilm(directory))
         self.model.attrs["has_weights"] = True
@@ -394,6 +396,14 @@ class Elmo(TrainablePipe):
                 stacklevel=3,
             )
         if self.input_attr == LEMMA and nlp is not None:
+            require_lemmatizer(nlp, self.name)
+
+    def _check_before_download(self, weights: str, nlp: Optional[Language]) -> None:
+        """A published model trained on lemmas needs a lemmatizer before this component: said before
+        its download, from what the catalogue records."""
+        published = CATALOGUE.get(weights)
+        reads_lemmas = published is not None and published.input_attr == LEMMA
+        if reads_lemmas and self.settings.input_attr in (None, LEMMA) and nlp is not None:
             require_lemmatizer(nlp, self.name)
 
     def _require_weights(self) -> None:
