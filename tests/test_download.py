@@ -16,6 +16,7 @@ from spacy_elmo.cli.app import app
 from spacy_elmo.hub.cache import download_model, resolve_weights
 from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, PublishedModel
 from spacy_elmo.hub.download import DownloadError, RemoteFile, cached_path, fetch
+from spacy_elmo.weights.native import WeightsError
 
 SENTENCES = [["The", "bank", "raised", "rates", "."], ["We", "sat", "by", "the", "river", "bank", "."]]
 
@@ -291,3 +292,25 @@ def test_an_unreachable_archive_url_hints_at_a_file_url(cache):
     with pytest.raises(DownloadError, match=r'weights = "file:///path/to/model\.zip"') as failure:
         resolve_weights(f"http://127.0.0.1:{port}/models/model.zip", progress=False)
     assert "--options" not in str(failure.value)
+
+
+def test_an_original_release_folder_as_weights_is_converted_once(cache, tmp_path, fixture_dir, fixture_bilm):
+    import shutil
+
+    import spacy
+
+    release = tmp_path / "release"
+    release.mkdir()
+    shutil.copy(fixture_dir / "options.json", release)
+    shutil.copy(fixture_dir / "lm_weights.hdf5", release / "elmo_weights.hdf5")
+    converted = resolve_weights(str(release), progress=False)
+    assert converted.parent == cache / "models" and converted.name.startswith("local-release-")
+    assert_same_layers(load_bilm(converted), fixture_bilm)
+    written = (converted / "model.safetensors").stat().st_mtime_ns
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(release)})
+    nlp.initialize()  # the folder as the component's weights: the converted copy, not converted again
+    assert (converted / "model.safetensors").stat().st_mtime_ns == written
+    (release / "more_weights.hdf5").write_bytes(b"")
+    with pytest.raises(WeightsError, match=r"several \.hdf5 files .* python -m spacy_elmo convert"):
+        resolve_weights(str(release), progress=False)

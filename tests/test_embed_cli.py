@@ -75,7 +75,7 @@ def test_embed_writes_one_dataset_per_line(tmp_path, pipeline, layers):
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     result = run_embed(source, tmp_path / "out", "-p", pipeline, "--layers", layers, "--merge-hdf5", tmp_path / "m.h5")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Wrote 4 lines in 1 blocks" in result.stdout
+    assert "Wrote 4 lines in 1 block to" in result.stdout
     nlp = spacy.load(pipeline)
     with h5py.File(tmp_path / "m.h5", "r") as merged, EmbeddedCorpus(tmp_path / "out") as corpus:
         assert sorted(merged.keys(), key=lambda k: (len(k), k)) == ["0", "1", "2", "3", "sentence_to_index"]

@@ -105,7 +105,11 @@ def embed(
     except (OSError, ValueError, ImportError) as err:
         msg.fail("Embedding failed", str(err), exits=1)
     msg.good(
-        f"Wrote {report.lines} lines in {report.blocks} blocks to {output_folder} ({len(report.computed)} blocks "
-        f"computed now, {report.blocks - len(report.computed)} there before)"
+        f"Wrote {_count(report.lines, 'line')} in {_count(report.blocks, 'block')} to {output_folder} "
+        f"({len(report.computed)} computed now, {report.blocks - len(report.computed)} there before)"
         + (f"; merged into {merge_hdf5}" if merge_hdf5 else "")
     )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"

@@ -3,6 +3,7 @@
     resolve_weights("original")          # catalogue name -> CACHE/models/original/
     resolve_weights("https://.../m.zip") # an archive of a native, bilm-tf or ELMoForManyLangs model
     resolve_weights("path/to/bilm")      # a local native directory, as is
+    resolve_weights("path/to/release")   # an original options.json + .hdf5 folder, converted once
     download_model("efml-de", "bilm-de/")
 
 The downloads stay in ``CACHE/downloads`` (see ``download``); the converted model goes to
@@ -47,7 +48,8 @@ def resolve_weights(spec: PathLike, cache: Optional[Path] = None, progress: bool
     if is_url(text):
         return ensure_url(text, cache, progress)
     if Path(text).expanduser().exists():
-        return Path(text).expanduser()
+        path = Path(text).expanduser()
+        return ensure_original_folder(path, cache) if is_original_release(path) else path
     if "/" in text or "\\" in text:
         raise WeightsError(f"{text}: no such biLM directory (and not a catalogue name or a URL).")
     return ensure_model(get_model(text), cache, progress)
@@ -78,6 +80,45 @@ def _local_copies_hint(model: PublishedModel) -> str:
     return (
         f"Or point at copies elsewhere: python -m spacy_elmo download {model.name} OUT "
         "--options file:///path/options.json --weights file:///path/weights.hdf5"
+    )
+
+
+def is_original_release(folder: Path) -> bool:
+    """A folder of an original (bilm-tf) release: options.json and a .hdf5 file, no native biLM."""
+    return (
+        folder.is_dir()
+        and (folder / "options.json").is_file()
+        and any(folder.glob("*.hdf5"))
+        and not _is_native(folder)
+    )
+
+
+def ensure_original_folder(folder: Path, cache: Optional[Path] = None) -> Path:
+    """An original release's folder converted once into the cache (``CACHE/models/local-...``),
+    again only where its files change."""
+    options, weights = folder / "options.json", _weights_file(folder)
+    stamp = " ".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (options, weights))
+    target = _models_dir(cache) / f"local-{_slug(folder.resolve().name)}-{_url_key(stamp)}"
+    if _is_native(target):
+        return target
+    bilm = import_original(options, weights)
+    files = [{"file": str(p.resolve()), "bytes": p.stat().st_size} for p in (options, weights)]
+    with atomic_directory(target, replace=True) as temporary:
+        save_bilm(bilm, temporary)
+        atomic_write_json(temporary / SOURCE_FILE, {"name": str(folder.resolve()), "files": files})
+    return target
+
+
+def _weights_file(folder: Path) -> Path:
+    """The release's weights: its one .hdf5 file, else the one whose name says weights."""
+    found = sorted(folder.glob("*.hdf5"))
+    named = [path for path in found if "weights" in path.name]
+    if len(found) == 1 or len(named) == 1:
+        return found[0] if len(found) == 1 else named[0]
+    raise WeightsError(
+        f"{folder} holds options.json and several .hdf5 files ({', '.join(p.name for p in found)}), and none is "
+        f"clearly the weights: convert it yourself, python -m spacy_elmo convert {folder / 'options.json'} "
+        f"{folder}/WEIGHTS.hdf5 OUT, and give OUT as the weights."
     )
 
 
