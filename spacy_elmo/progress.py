@@ -41,6 +41,15 @@ class _LogBar(tqdm):
             self._last_line = now
             super().refresh(nolock=nolock, lock_args=lock_args)
 
+    def close(self) -> None:
+        """A last line with where it ended also for a bar that clears itself on a terminal
+        (``leave=False``, which tqdm closes without one), so that a log does not end on 0%."""
+        if not self.disable and not self.leave and not getattr(self, "_closed_line", False):
+            self._closed_line = True
+            self._last_line = -LOG_SECONDS
+            self.refresh()
+        super().close()
+
 
 def progress_bar(*args: Any, **kwargs: Any) -> tqdm:
     """``tqdm(*args, **kwargs)`` on a terminal; elsewhere a line each ``LOG_SECONDS``."""

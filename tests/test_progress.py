@@ -34,6 +34,17 @@ def test_a_log_gets_a_line_every_log_seconds_not_a_redraw_per_update(monkeypatch
     assert "100/100" in lines[-1] and "loss=99.0" in lines[-1]
 
 
+def test_a_short_bar_that_clears_itself_still_logs_where_it_ended(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    log = io.StringIO()
+    with progress.progress_bar(total=3072, unit="B", desc="weights.hdf5", leave=False, file=log) as bar:
+        for _ in range(3):  # a local copy: done well within LOG_SECONDS
+            bar.update(1024)
+    lines = log.getvalue().splitlines()
+    assert "0%" in lines[0] and "100%" in lines[-1], lines
+
+
 def test_a_terminal_gets_tqdms_own_bar():
     class Terminal(io.StringIO):
         def isatty(self):
