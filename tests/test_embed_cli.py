@@ -295,3 +295,18 @@ def test_workers_get_absolute_paths(tmp_path, pipeline, tiny_weights, corpus_fil
     assert sent.pipeline == str(pipeline.resolve()) and sent.block_lines == 4 and sent.weights is None
     assert for_workers(EmbedSettings(weights="weights")).weights == str(tiny_weights.resolve())
     assert for_workers(EmbedSettings("en_core_web_sm")).pipeline == "en_core_web_sm", "a package name stays a name"
+
+
+def test_stored_tokens_map_each_row_of_a_line_back_to_its_word(tmp_path, pipeline, in_process):
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    settings = EmbedSettings(str(pipeline), block_lines=2, store_tokens=True)
+    embed_corpus(source, tmp_path / "out", settings, progress=False, merge_into=tmp_path / "m.h5")
+    nlp = spacy.load(pipeline)
+    with EmbeddedCorpus(tmp_path / "out") as corpus, h5py.File(tmp_path / "m.h5", "r") as merged:
+        for i, line in enumerate(LINES):
+            words = [token.text for token in nlp.make_doc(line)]
+            assert corpus.tokens(i) == words and corpus[i].shape[1] == len(words)
+            assert [word.decode() for word in merged["tokens"][str(i)][...]] == words
+    with EmbeddedCorpus(in_process) as without, pytest.raises(ValueError, match="embed with --store-tokens"):
+        without.tokens(0)

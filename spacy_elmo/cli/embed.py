@@ -33,6 +33,9 @@ LAYERS = typer.Option(
     "all", "--layers", help="all: (L+1, T, 2P) per line; top: the last layer; average: the layers' mean."
 )
 TOKENIZED = typer.Option(False, "--tokenized", help="Lines are already tokenized: split on whitespace.")
+STORE_TOKENS = typer.Option(
+    False, "--store-tokens", help="Keep each line's tokens beside its vectors (EmbeddedCorpus.tokens(line))."
+)
 BATCH_SIZE = typer.Option(64, "--batch-size", help="Lines per batch (nlp.pipe).")
 PRECISION = typer.Option(
     None,
@@ -69,6 +72,7 @@ def embed(
     lang: str = LANG,
     layers: str = LAYERS,
     tokenized: bool = TOKENIZED,
+    store_tokens: bool = STORE_TOKENS,
     batch_size: int = BATCH_SIZE,
     precision: str = PRECISION,
     block_lines: int = BLOCK_LINES,
@@ -95,6 +99,7 @@ def embed(
             lang=lang,
             layers=layers,
             tokenized=tokenized,
+            store_tokens=store_tokens,
             batch_size=batch_size,
             precision=precision and check_precision(precision),
             block_lines=block_lines,

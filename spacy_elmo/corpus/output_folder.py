@@ -21,7 +21,7 @@ import numpy as np
 
 from ..files import atomic_write, atomic_write_json
 from .blocks import Block, CorpusPlan
-from .hdf5_output import SENTENCE_INDEX, tokens_in
+from .hdf5_output import SENTENCE_INDEX, TOKENS, tokens_in
 
 MANIFEST = "manifest.json"
 INDEX = "index.json"
@@ -103,6 +103,15 @@ class EmbeddedCorpus:
         place = self.location(line)
         return self._file(place["file"])[place["dataset"]][...]
 
+    def tokens(self, line: int) -> List[str]:
+        """Line ``line``'s tokens, one per row of its vectors, where the run stored them
+        (``--store-tokens``)."""
+        place = self.location(line)
+        stored = self._file(place["file"]).get(TOKENS)
+        if stored is None:
+            raise ValueError(f"{self.folder} holds no tokens: embed with --store-tokens to keep them.")
+        return [word.decode("utf-8") for word in stored[place["dataset"]][...]]
+
     def _file(self, name: str) -> Any:
         import h5py
 
@@ -135,7 +144,10 @@ def merge_hdf5(folder: Path, target: Path) -> None:
             for block in corpus.index["blocks"]:
                 with h5py.File(Path(folder) / block["file"], "r") as part:
                     for name in part:
-                        if name != SENTENCE_INDEX:
+                        if name == TOKENS:
+                            for line in part[TOKENS]:
+                                part.copy(part[TOKENS][line], output.require_group(TOKENS), name=line)
+                        elif name != SENTENCE_INDEX:
                             part.copy(part[name], output, name=name)
                     index.update(json.loads(part[SENTENCE_INDEX][()]))
             output.create_dataset(SENTENCE_INDEX, data=json.dumps(index))

@@ -9,7 +9,8 @@ from typing import Optional
 @dataclass(frozen=True)
 class EmbedSettings:
     """What a run's output depends on; recorded in the manifest. ``pipeline`` or ``weights``:
-    exactly one; ``lang`` (default "en") goes with ``weights``."""
+    exactly one; ``lang`` (default "en") goes with ``weights``. ``store_tokens``: each line's
+    tokens kept beside its vectors (``EmbeddedCorpus.tokens``)."""
 
     pipeline: Optional[str] = None
     layers: str = "all"
@@ -20,6 +21,7 @@ class EmbedSettings:
     weights: Optional[str] = None
     lang: Optional[str] = None
     text_column: str = "text"
+    store_tokens: bool = False
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,14 @@ def _write_block(nlp: Language, block: Block, path: Path, settings: EmbedSetting
         path,
         lambda temporary: tokens.append(
             write_embeddings(
-                nlp, lines, temporary, block.first_line, settings.layers, settings.tokenized, settings.batch_size
+                nlp,
+                lines,
+                temporary,
+                block.first_line,
+                settings.layers,
+                settings.tokenized,
+                settings.batch_size,
+                store_tokens=settings.store_tokens,
             )
         ),
     )
