@@ -357,3 +357,14 @@ def test_metrics_count_requests_batches_and_the_queue(embedder):
     assert docs == 6 and tokens == 6 * 4 and 1 <= batches <= 3  # each batch counted once
     assert samples(text, "spacy_elmo_requests_in_service") == {(): 0.0}
     assert samples(text, "spacy_elmo_replica_restarts_total") == {(): 0.0}
+
+
+def test_the_openai_route_without_a_replica_to_describe_the_model_is_503():
+    class Gone:
+        def describe(self):
+            raise ActorDiedError()
+
+    gateway, _ = gateway_of(Gone())
+    answer = talk(gateway, lambda client: client.post("/v1/embeddings", json={"input": "a", "model": "m"}))
+    assert answer.status_code == 503 and answer.headers["retry-after"] == str(RETRY_AFTER_S)
+    assert answer.json()["error"]["type"] == "service_unavailable"

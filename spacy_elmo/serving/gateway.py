@@ -96,7 +96,11 @@ class Gateway:
         if path == "/embed":
             return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
         if path == "/v1/embeddings":
-            width = self._width or (await self._about())["elmo"]["width"]
+            try:
+                width = self._width or (await self._about())["elmo"]["width"]
+            except replica_lost_errors() as lost:
+                message = f"no replica could describe the model ({type(lost).__name__}): retry later"
+                return json_response(error(503, message), 503, {"Retry-After": str(RETRY_AFTER_S)})
             return await self._embedding(
                 request, lambda body: parse_openai_request(body, self.settings.limits, width), error
             )
