@@ -249,10 +249,10 @@ def test_a_killed_run_resumes_without_recomputing_finished_blocks(
     settings = EmbedSettings(str(pipeline), block_lines=4)
     real_write = worker.write_embeddings
 
-    def write_then_die(nlp, lines, path, first, *args):
+    def write_then_die(nlp, lines, path, first, *args, **kwargs):
         if first == 8:
             raise KeyboardInterrupt  # the kill, in the middle of the third block
-        return real_write(nlp, lines, path, first, *args)
+        return real_write(nlp, lines, path, first, *args, **kwargs)
 
     monkeypatch.setattr(worker, "write_embeddings", write_then_die)
     with pytest.raises(KeyboardInterrupt):
