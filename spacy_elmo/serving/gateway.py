@@ -87,7 +87,7 @@ class Gateway:
     async def _route(self, request: Any, path: str) -> Any:
         if path not in ROUTES:
             return json_response({"error": f"no route {request.method} {path}: {ROUTE_LIST}"}, 404)
-        error = _openai_error if path == "/v1/embeddings" else _error
+        error = openai_error if path == "/v1/embeddings" else _error
         if path not in OPEN_PATHS and not self._authorized(request):
             message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
             return json_response(error(401, message), 401, {"WWW-Authenticate": "Bearer"})
@@ -221,10 +221,6 @@ async def _within(answer: Awaitable[Any], seconds: float) -> Any:
 
 def _error(status: int, message: str) -> Dict[str, str]:
     return {"error": message}
-
-
-def _openai_error(status: int, message: str) -> Dict[str, Any]:
-    return openai_error(status, message)
 
 
 def json_response(
