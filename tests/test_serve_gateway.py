@@ -77,6 +77,7 @@ def test_a_lone_request_starts_at_once_and_arrivals_meanwhile_form_the_next_batc
     figures = [figure for _, figure in results]
     assert [f.number for f in figures] == [1, 2, 2, 3, 3] and figures[1].tokens == 5 and figures[1].requests == 2
     assert figures[1].waiting == 2  # "dddddd" and "e" waited when the second batch started
+    assert [f.reports for f in figures] == [True, True, False, True, False]  # one answer reports each batch
 
 
 def test_a_request_whose_client_left_is_dropped_and_a_failure_stays_with_its_batch():

@@ -13,6 +13,7 @@ dropped from the queue (its future is cancelled) and costs nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from concurrent.futures import Executor
@@ -26,13 +27,15 @@ Result = TypeVar("Result")
 @dataclass(frozen=True)
 class BatchFigures:
     """What a batch was: its number in this batcher, its requests and their docs and tokens, and how
-    many requests were still waiting when it started."""
+    many requests were still waiting when it started. ``reports``: true on one answer of the batch
+    only, so that whoever counts batches from the answers counts each once."""
 
     number: int
     requests: int
     docs: int
     tokens: int
     waiting: int
+    reports: bool = False
 
 
 # A batch run: the items in, one result per item and the batch's token count out.
@@ -105,9 +108,11 @@ class ContinuousBatcher(Generic[Item, Result]):
                         entry.future.set_exception(failure)
                 continue
             figures = BatchFigures(self._batches, len(batch), sum(e.docs for e in batch), tokens, self.waiting)
+            reported = False
             for entry, result in zip(batch, results):
                 if not entry.future.done():
-                    entry.future.set_result((result, figures))
+                    entry.future.set_result((result, dataclasses.replace(figures, reports=not reported)))
+                    reported = True
 
     async def _hold(self) -> None:
         """With ``max_wait_s``, wait for more requests until the budget is full or the oldest waiting

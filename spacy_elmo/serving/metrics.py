@@ -2,14 +2,13 @@
 brings): requests by route and status, their latency, the batches' sizes in docs and tokens, the
 requests in the service and waiting for a batch, and replicas lost and restarted.
 
-The gateway keeps these: it sees every request, and each answer tells it the batch it ran in (a
-batch counted once, by its replica and number) and the replica that ran it.
+The gateway keeps these: it sees every request, and each answer tells it the replica that ran it and
+the batch it ran in (one answer of each batch reports the batch, so each counts once).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Deque, Set, Tuple
+from typing import Set
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -20,7 +19,6 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DOC_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
-REMEMBERED_BATCHES = 4096  # batches recently counted, so that each counts once
 
 
 class ServiceMetrics:
@@ -60,29 +58,22 @@ class ServiceMetrics:
             "spacy_elmo_replica_restarts", "Replicas beyond the ones started first", registry=self.registry
         )
         self._seen_replicas: Set[str] = set()
-        self._counted: Deque[Tuple[str, int]] = deque(maxlen=REMEMBERED_BATCHES)
-        self._counted_set: Set[Tuple[str, int]] = set()
 
     def answered(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
     def ran(self, replica: str, batch: BatchFigures) -> None:
-        """An answer came from ``replica``, out of ``batch``: count the batch once and the replica."""
+        """An answer came from ``replica``, out of ``batch``: count the replica, and the batch where
+        this answer is the one that reports it."""
         if replica not in self._seen_replicas:
             self._seen_replicas.add(replica)
             if len(self._seen_replicas) > self.replicas:
                 self.restarts.inc()
         self.queue_depth.set(batch.waiting)
-        key = (replica, batch.number)
-        if key in self._counted_set:
-            return
-        if len(self._counted) == self._counted.maxlen:
-            self._counted_set.discard(self._counted[0])
-        self._counted.append(key)
-        self._counted_set.add(key)
-        self.batch_docs.observe(batch.docs)
-        self.batch_tokens.observe(batch.tokens)
+        if batch.reports:
+            self.batch_docs.observe(batch.docs)
+            self.batch_tokens.observe(batch.tokens)
 
     def text(self) -> bytes:
         """The Prometheus exposition of every metric."""
