@@ -1,6 +1,6 @@
 """The fp32 LSTM step's tiles on a CUDA GPU: which tile shapes give the same bits faster.
 
-    python bench/bench_fp32_steps.py [--out FILE]
+    python bench/bench_fp32_steps.py [--out FILE] [--lanes 1 32 256] [--candidates JSON]
 
 The fp32 step kernels (``triton_kernels.step_pieces_kernel``) sum each piece of 128 products as a
 chain of fused multiply-adds in order, so lanes, columns, unrolling, warps and stages per program
@@ -69,6 +69,14 @@ def run_step(ops, inputs, state):
     return state.h, state.c, out
 
 
+def parsed_candidates(text: str) -> list:
+    """``--candidates``: a JSON list of [rows, cols, depth, warps, stages] (piece 128 added)."""
+    options = json.loads(text)
+    if not all(isinstance(o, list) and len(o) == 5 and all(isinstance(v, int) for v in o) for o in options):
+        raise SystemExit(f"--candidates takes a JSON list of [rows, cols, depth, warps, stages], got {text!r}.")
+    return [tuple(option) + (128,) for option in options]
+
+
 def measure(ops, reference_ops, inputs_by_lanes) -> dict:
     import torch
     from triton.testing import do_bench
@@ -95,13 +103,17 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="the report as JSON")
+    parser.add_argument("--lanes", nargs="+", type=int, default=list(LANES), help="lane counts timed")
+    parser.add_argument("--candidates", type=parsed_candidates, help="recurrent tiles to try, as JSON (see above)")
+    parser.add_argument("--projection-candidates", type=parsed_candidates, help="projection tiles to try")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     package = TritonOps("fp32", TILES["fp32"])
-    inputs_by_lanes = {lanes: step_inputs(package, lanes) for lanes in LANES}
+    inputs_by_lanes = {lanes: step_inputs(package, lanes) for lanes in args.lanes}
+    tried = {"recurrent": args.candidates or CANDIDATES, "projection": args.projection_candidates or CANDIDATES}
     rows = [{"kernel": "package", "tiles": None, **measure(package, package, inputs_by_lanes)}]
     for kernel in ("recurrent", "projection"):
-        for option in CANDIDATES:
+        for option in tried[kernel]:
             tiles = dataclasses.replace(TILES["fp32"], **{kernel: Tiles(*option)})
             try:
                 row = measure(TritonOps("fp32", tiles), package, inputs_by_lanes)
@@ -116,7 +128,8 @@ def main() -> None:
         equal = [r for r in rows if r["kernel"] in (kernel, "package") and r.get("bitwise")]
         winner = min(equal, key=lambda r: r["mean_ms"])
         best[kernel] = winner["tiles"] or dataclasses.astuple(getattr(TILES["fp32"], kernel))
-    report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows, "best": best}
+    report = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "lanes": args.lanes}
+    report.update(rows=rows, best=best)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps({"best": best}))

@@ -18,12 +18,14 @@ torch and CUDA.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from bench_peer import converted_weights, error_against_fp32, run_peer, time_pipe, workload_sentences
 from report import write_section
@@ -51,6 +53,7 @@ def ours(spec: dict) -> dict:
     step_tiles = json.loads(os.environ.get("BENCH_FP32_STEP_TILES", "null"))
     if step_tiles:
         use_fp32_step_tiles(step_tiles)
+    graph_tokens = replay_graphs_up_to(spec.get("graph_tokens"))
     sentences = json.loads(Path(spec["sentences"]).read_text())
     nlp = spacy.blank("en")
     settings = {"weights": spec["weights"], "set_vector_hooks": False, "precision": spec["precision"]}
@@ -64,6 +67,7 @@ def ours(spec: dict) -> dict:
         "runs": bilm.precision,
         "kernel": bilm.precision_choice.kernel,
         "batch_invariant": batch_invariant(bilm, sentences, spec["max_batch_tokens"]),
+        "graph_tokens": graph_tokens,
     }
     if step_tiles:
         report["fp32_step_tiles"] = step_tiles
@@ -82,6 +86,16 @@ def use_fp32_step_tiles(tiles: dict) -> None:
     chosen = {kernel: triton_ops.Tiles(*option) for kernel, option in tiles.items()}
     triton_ops.TILES["fp32"] = dataclasses.replace(triton_ops.TILES["fp32"], **chosen)
     triton_ops._ops.cache_clear()
+
+
+def replay_graphs_up_to(tokens: Optional[int]) -> int:
+    """Calls of up to ``tokens`` tokens replay CUDA graphs (None: the package's limit); 256 is
+    the limit before every call could replay one (``--graphs-before``). Returns the limit."""
+    from spacy_elmo.network import gpu_graphs
+
+    if tokens is not None:
+        gpu_graphs.MOST_TOKENS = tokens
+    return gpu_graphs.MOST_TOKENS
 
 
 def batch_invariant(bilm, sentences: list, max_batch_tokens: int) -> dict:
@@ -122,9 +136,18 @@ def device_description() -> dict:
     }
 
 
-def run_all(peer: Path, workloads: list, configurations: list = CONFIGURATIONS, repeats: int = REPEATS) -> None:
-    """Measure every workload and configuration, writing the outputs after each row (a run cut
-    short keeps what it measured)."""
+GRAPHS_BEFORE = 256  # the calls that replayed CUDA graphs before every call could: up to 256 tokens
+
+
+def run_all(
+    peer: Path,
+    workloads: list,
+    configurations: list = CONFIGURATIONS,
+    repeats: int = REPEATS,
+    graph_limits: Optional[list] = None,
+) -> None:
+    """Measure every workload and configuration (each at each of ``graph_limits``, None the
+    package's), writing the outputs after each row (a run cut short keeps what it measured)."""
     weights = converted_weights(peer)
     OUT.mkdir(parents=True, exist_ok=True)
     report: dict = {"device": device_description(), "date": time.strftime("%Y-%m-%d"), "repeats": repeats, "rows": []}
@@ -135,13 +158,14 @@ def run_all(peer: Path, workloads: list, configurations: list = CONFIGURATIONS, 
             theirs = run_peer(peer, sentences_file, "plain", repeats, threads=1, device="cuda")
         except SystemExit as failure:
             theirs = {"failed": str(failure)[-3000:]}
-        for precision, batch_tokens in configurations:
+        for (precision, batch_tokens), graph_tokens in itertools.product(configurations, graph_limits or [None]):
             spec = {
                 "weights": str(weights),
                 "sentences": str(sentences_file),
                 "precision": precision,
                 "max_batch_tokens": batch_tokens,
                 "repeats": repeats,
+                "graph_tokens": graph_tokens,
             }
             mine = run_ours(spec)
             row = {"workload": workload, "precision": precision, "max_batch_tokens": batch_tokens}
@@ -155,7 +179,8 @@ def run_all(peer: Path, workloads: list, configurations: list = CONFIGURATIONS, 
 
 def summary(row: dict) -> str:
     mine, theirs = row["ours"], row["peer"]
-    head = f"{row['workload']:>16} {row['precision']} budget {row['max_batch_tokens']:>5}:"
+    head = f"{row['workload']:>16} {row['precision']} budget {row['max_batch_tokens']:>5}"
+    head += f" graphs up to {mine['graph_tokens']} tokens:" if "graph_tokens" in mine else ":"
     if "failed" in mine:
         return f"{head} ours FAILED: {mine['failed'][-600:]}"
     peer = f"{theirs['words_per_s']:10.1f}" if "words_per_s" in theirs else "  (failed)"
@@ -183,7 +208,7 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in report["rows"] if "words_per_s" in r["ours"]]
-    labels = [f"{r['workload']}\n{r['precision']}, {r['max_batch_tokens']}" for r in rows]
+    labels = [f"{r['workload']}\n{r['precision']}, {r['max_batch_tokens']}\n{graphs_label(r['ours'])}" for r in rows]
     fig, ax = plt.subplots(figsize=(12, 4.5))
     positions = range(len(rows))
     ax.bar([p - 0.2 for p in positions], [r["ours"]["words_per_s"] for r in rows], width=0.4, label="elmo component")
@@ -217,25 +242,31 @@ def update_markdown(report: dict) -> None:
         f"alone as inside it. Rows measured {measured}; a row's two sides ran in the same run. Command: "
         "`python bench/bench_gpu.py PEER_DIR`.",
         "",
-        "| workload | precision | budget | ours (words/s) | AllenNLP (words/s) | ratio | ours peak GPU MB | AllenNLP "
-        "peak GPU MB | batch-invariant | error vs fp32 (layers 0 / 1 / 2) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| workload | precision | budget | graphs | ours (words/s) | AllenNLP (words/s) | ratio | ours peak GPU MB | "
+        "AllenNLP peak GPU MB | batch-invariant | error vs fp32 (layers 0 / 1 / 2) |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in report["rows"]:
         mine, theirs = r["ours"], r["peer"]
         if "failed" in mine:
-            lines.append(f"| {r['workload']} | {r['precision']} | {r['max_batch_tokens']} | failed | | | | | | |")
+            lines.append(f"| {r['workload']} | {r['precision']} | {r['max_batch_tokens']} | | failed | | | | | | |")
             continue
         error = " / ".join(f"{e['max_abs']:.1e}, cos {e['min_cosine']:.5f}" for e in mine.get("error", []))
         invariant = mine["batch_invariant"]
         lines.append(
             f"| {r['workload']} | {mine['runs']} ({mine['kernel']}) | {r['max_batch_tokens']} | "
-            f"{mine['words_per_s']:,.0f} | {theirs.get('words_per_s', 0):,.0f} | **{r.get('ratio', 0):.2f}x** | "
+            f"{graphs_label(mine)} | {mine['words_per_s']:,.0f} | {theirs.get('words_per_s', 0):,.0f} | "
+            f"**{r.get('ratio', 0):.2f}x** | "
             f"{mine['peak_gpu_mb']:,.0f} | {theirs.get('peak_gpu_mb', 0):,.0f} | "
             f"{invariant['bitwise_equal']}/{invariant['checked']} | {error or '-'} |"
         )
     lines += ["", "![on the GPU](bench/results/gpu.png)", ""]
     write_section("bench_gpu:cuda", lines)
+
+
+def graphs_label(mine: dict) -> str:
+    tokens = mine.get("graph_tokens")
+    return "-" if tokens is None else f"up to {tokens:,} tokens"
 
 
 def main() -> None:
@@ -247,6 +278,11 @@ def main() -> None:
         "--configurations", nargs="+", help="PRECISION:BUDGET pairs of CONFIGURATIONS to run (default: all)"
     )
     parser.add_argument("--repeats", type=int, default=REPEATS, help="timed runs after the warm-up")
+    parser.add_argument(
+        "--graphs-before",
+        action="store_true",
+        help=f"each configuration also with CUDA graphs for calls up to {GRAPHS_BEFORE} tokens alone, as before",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -265,7 +301,9 @@ def main() -> None:
     configurations = [c for c in CONFIGURATIONS if c[0] in args.precisions]
     if args.configurations:
         configurations = [c for c in configurations if f"{c[0]}:{c[1]}" in args.configurations]
-    run_all(Path(args.peer), [by_count[w] for w in by_count if w in args.workloads], configurations, args.repeats)
+    workloads = [by_count[w] for w in by_count if w in args.workloads]
+    limits = [GRAPHS_BEFORE, None] if args.graphs_before else None
+    run_all(Path(args.peer), workloads, configurations, args.repeats, limits)
     print("Wrote BENCHMARKS.md and bench/results/gpu.json/.png")
 
 

@@ -2,13 +2,16 @@
 `nlp.pipe`, the host's share against the GPU's.
 
     python bench/profile_gpu.py PEER_DIR --label after [--precisions fp32 bf16] [--workloads 1 64 1000]
+        [--max-batch-tokens 4096] [--graph-tokens 256]
 
 For each workload (1, 64 or 1,000 sentences, as bench_gpu.py) and precision: one warm-up pass,
-then one profiled pass. Reports the pass's wall time, the GPU's busy time (the sum of its kernels'
-and copies' durations: one stream, so they do not overlap), the host's share (the wall time the GPU
-spent idle, waiting for the host), kernel launches, host-device synchronizations, and the top
-operators by GPU time and by host time. Writes bench/results/profile-gpu-LABEL.json and prints a
-table. Uses only the public API, so it profiles any version of the package on PYTHONPATH.
+three timed (the fastest kept), then one profiled pass. Reports the timed and the profiled pass's
+wall time, the GPU's busy time (the sum of its kernels' and copies' durations: one stream, so they
+do not overlap), the host's share (the wall time the GPU spent idle, waiting for the host), kernel
+launches, host-device synchronizations, and the top operators by GPU time and by host time. Writes
+bench/results/profile-gpu-LABEL.json and prints a table. Uses only the public API (but
+``--graph-tokens``, which sets ``gpu_graphs.MOST_TOKENS``), so it profiles any version of the
+package on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ OUT = ROOT / "bench" / "out"
 TOP = 12
 
 
-def profile(weights: Path, sentences: list, precision: str, max_batch_tokens: int) -> dict:
+def profile(weights: Path, sentences: list, precision: str, max_batch_tokens: int, python: bool = False) -> dict:
     import spacy
     import torch
     from spacy.tokens import Doc
@@ -56,7 +59,31 @@ def profile(weights: Path, sentences: list, precision: str, max_batch_tokens: in
     unprofiled = min(one_pass() for _ in range(3))
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         wall = one_pass()
-    return {"unprofiled_s": unprofiled, "profiled_s": wall, **summarize(prof, wall)}
+    report = {"unprofiled_s": unprofiled, "profiled_s": wall, **summarize(prof, wall)}
+    if python:
+        report["python_top"] = python_profile(one_pass)
+    return report
+
+
+def python_profile(one_pass) -> list:
+    """The host's Python functions over one more pass (cProfile), by cumulative time: where the
+    host's share goes, which torch's profiler does not show."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(one_pass)
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, primitive, own s, cumulative s, callers)
+    top = sorted(stats.items(), key=lambda item: item[1][3], reverse=True)[: 3 * TOP]
+    return [
+        {
+            "function": f"{Path(file).name}:{line} {name}",
+            "calls": calls,
+            "own_ms": own * 1e3,
+            "cumulative_ms": cum * 1e3,
+        }
+        for (file, line, name), (calls, _, own, cum, _) in top
+    ]
 
 
 def summarize(prof, wall: float) -> dict:
@@ -95,15 +122,22 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", default=["fp32"])
     parser.add_argument("--workloads", nargs="+", default=["1", "64", "1000"])
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
+    parser.add_argument("--graph-tokens", type=int, help="replay CUDA graphs for calls up to this many tokens alone")
+    parser.add_argument("--python", action="store_true", help="also profile the host's Python over one pass")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         spec = json.loads(args.worker)
+        if spec.get("graph_tokens") is not None:
+            from spacy_elmo.network import gpu_graphs
+
+            gpu_graphs.MOST_TOKENS = spec["graph_tokens"]
         sentences = json.loads(Path(spec["sentences"]).read_text())
-        print(json.dumps(profile(Path(spec["weights"]), sentences, spec["precision"], spec["budget"])))
+        print(json.dumps(profile(Path(spec["weights"]), sentences, spec["precision"], spec["budget"], spec["python"])))
         return
     weights = converted_weights(args.peer)
-    report = {"label": args.label, "max_batch_tokens": args.max_batch_tokens, "rows": []}
+    report = {"label": args.label, "max_batch_tokens": args.max_batch_tokens, "graph_tokens": args.graph_tokens}
+    report["rows"] = []
     names = {"1": "1 sentence", "64": "64 sentences", "1000": "1,000 sentences"}
     OUT.mkdir(parents=True, exist_ok=True)
     for workload in args.workloads:
@@ -112,7 +146,7 @@ def main() -> None:
         sentences_file.write_text(json.dumps(sentences))
         for precision in args.precisions:
             spec = {"weights": str(weights), "sentences": str(sentences_file), "precision": precision}
-            spec["budget"] = args.max_batch_tokens
+            spec.update(budget=args.max_batch_tokens, graph_tokens=args.graph_tokens, python=args.python)
             row = {"workload": names[workload], "precision": precision, **run_worker(spec)}
             row["words"] = sum(len(s) for s in sentences)
             report["rows"].append(row)
@@ -142,6 +176,10 @@ def line(row: dict) -> str:
         f"GPU busy {busy:.1f} ms (host share {row['host_share']:.0%}), {row['kernel_launches']} launches, "
         f"{row['graph_launches']} graph launches, {row['syncs']} syncs, {row['memcpy_calls']} memcpy\n"
         f"    GPU: {top}\n    host: {host}"
+        + "".join(
+            f"\n    python: {e['cumulative_ms']:8.1f} ms, own {e['own_ms']:7.1f} ms, x{e['calls']} {e['function']}"
+            for e in row.get("python_top", [])
+        )
     )
 
 

@@ -10,6 +10,7 @@
 #   tests        the GPU tests, parity, int8 on CUDA, and pretraining's tests (which run on the GPU there)
 #   profile      bench/profile_gpu.py: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
 #   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a change)
+#   profile-small-graphs  the same with CUDA graphs for calls up to 256 tokens alone (as before every call could)
 #   tiles        bench/bench_triton_tiles.py: the Triton kernels' tiles and the device's ceilings
 #   steps        bench/bench_fp32_steps.py: the fp32 step kernels' tiles that give the same bits, timed
 #   component    bench/bench_gpu.py: the component through nlp.pipe in fp32/bf16/int8 against AllenNLP
@@ -89,9 +90,11 @@ run_ray() {
   python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from bench_embed import same_outputs; print('same output:', same_outputs([Path('$WORK/embed-gpu'), Path('$WORK/embed-ray')]))"
 }
 
-run_profile() {  # run_profile LABEL [PACKAGE_DIR]: the package on PYTHONPATH ahead of the checkout
-  PYTHONPATH="$WORK/site:${2:+$2:}$PWD" python3 bench/profile_gpu.py "$PEER" --label "$1" \
-    --precisions ${PROFILE_PRECISIONS:-fp32 bf16} --workloads ${PROFILE_WORKLOADS:-1 64 1000}
+run_profile() {  # run_profile LABEL [PACKAGE_DIR [ARGS...]]: the package on PYTHONPATH ahead of the checkout
+  local label=$1 package=${2:-}
+  shift $(($# < 2 ? $# : 2))
+  PYTHONPATH="$WORK/site:${package:+$package:}$PWD" python3 bench/profile_gpu.py "$PEER" --label "$label" \
+    --precisions ${PROFILE_PRECISIONS:-fp32 bf16} --workloads ${PROFILE_WORKLOADS:-1 64 1000} "$@" ${PROFILE_ARGS:-}
 }
 
 run_serve() {  # the service on the GPU against the same on the CPU (bench/bench_serve.py --device cuda)
@@ -109,16 +112,19 @@ export PEER PIPELINE WORK
 for name in "$@"; do
   case $name in
     env) stage env 60 run_env ;;
-    gpu-tests) stage gpu-tests "${TESTS_SECONDS:-200}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py ;;
+    gpu-tests) stage gpu-tests "${TESTS_SECONDS:-200}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py \
+      ${GPU_TESTS:+-k "$GPU_TESTS"} ;;
     tests) stage tests "${TESTS_SECONDS:-200}" run_tests ;;
     profile) stage profile "${PROFILE_SECONDS:-150}" run_profile after ;;
     profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile before "$PWD/.gpu-before" ;;
+    profile-small-graphs) stage profile-small-graphs "${PROFILE_SECONDS:-150}" run_profile small-graphs "" --graph-tokens 256 ;;
     tiles) stage tiles "${TILES_SECONDS:-150}" python3 bench/bench_triton_tiles.py ;;
-    steps) stage steps "${STEPS_SECONDS:-150}" python3 bench/bench_fp32_steps.py --out bench/results/fp32-steps.json ;;
+    steps) stage steps "${STEPS_SECONDS:-150}" python3 bench/bench_fp32_steps.py --out bench/results/fp32-steps.json \
+      ${STEPS_ARGS:-} ;;
     serve) stage serve "${SERVE_SECONDS:-420}" run_serve ;;
     component) stage component "${COMPONENT_SECONDS:-200}" python3 bench/bench_gpu.py "$PEER" ${GPU_WORKLOADS:+--workloads $GPU_WORKLOADS} \
       ${GPU_PRECISIONS:+--precisions $GPU_PRECISIONS} ${GPU_CONFIGURATIONS:+--configurations $GPU_CONFIGURATIONS} \
-      ${GPU_REPEATS:+--repeats $GPU_REPEATS} ;;
+      ${GPU_REPEATS:+--repeats $GPU_REPEATS} ${GPU_GRAPHS_BEFORE:+--graphs-before} ;;
     train-speed) stage train-speed "${TRAIN_SPEED_SECONDS:-200}" python3 bench/bench_train_speed.py --device cuda \
       --corpus .gpu/corpus/corpus --vocab .gpu/corpus/vocab.txt --steps "${TRAIN_SPEED_STEPS:-20}" \
       ${TRAIN_SPEED_PRESETS:+--presets $TRAIN_SPEED_PRESETS} ${TRAIN_SPEED_VARIANTS:+--variants $TRAIN_SPEED_VARIANTS} ;;

@@ -88,18 +88,24 @@ def test_a_sentence_gets_its_bits_alone_and_inside_64_and_1000(precision):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_graph_replays_the_bits_of_the_kernels_launched_one_by_one(precision):
+    """Calls of one sentence, 64 and 300 (thousands of tokens), each three times: launched, then
+    captured (the capture's own run answers), then replayed; every time the same bits."""
     torch.manual_seed(0)
     bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
     bilm.precision = precision
     bilm.token_cache.capacity = 0
-    sentences = _corpus_sentences(40)[:5] + [["a"], SENTENCES[1]]
+    corpus = _corpus_sentences(300)
+    calls = [[s] for s in corpus[:5] + [["a"], SENTENCES[1]]] + [corpus[:64], corpus]
     launched = {}
     for graphs in (False, True):
         bilm.cuda_graphs = CallGraphs() if graphs else None
-        launched[graphs] = [embed_sentences(bilm, [s])[0] for s in sentences for _ in range(2)]
-    assert bilm.cuda_graphs.failed is None and len(bilm.cuda_graphs) > 0, "small calls replay graphs"
+        launched[graphs] = [embed_sentences(bilm, call, max_batch_tokens=32768) for call in calls for _ in range(3)]
+    graphs = bilm.cuda_graphs
+    assert graphs.failed is None
+    assert max(graphs.sizes()) >= sum(len(s) + 2 for s in corpus), "the call of 300 sentences replays a graph"
     for eager, replayed in zip(launched[False], launched[True]):
-        assert np.array_equal(eager, replayed)
+        for a, b in zip(eager, replayed):
+            assert np.array_equal(a, b)
 
 
 def test_gpu_matches_cpu_within_1e_5_on_real_text_in_fp32():

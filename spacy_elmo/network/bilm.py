@@ -74,7 +74,7 @@ class BiLM(nn.Module):
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
-        cuda_graphs: the CUDA graphs that small calls on a GPU replay (``gpu_graphs``); None
+        cuda_graphs: the CUDA graphs that calls on a GPU replay (``gpu_graphs``); None
             launches every kernel (the same results).
     """
 
@@ -253,14 +253,15 @@ class BiLM(nn.Module):
     def _run_on_gpu(
         self, ops: TritonOps, tokens: Tensor, lengths: Sequence[int], initial_state: Optional[LstmState]
     ) -> Tuple[Tensor, Optional[LstmState]]:
-        """``contextualize`` through the Triton kernels: small stateless calls replay a CUDA graph
-        (``cuda_graphs``), the others launch the kernels one by one; the same bits either way."""
+        """``contextualize`` through the Triton kernels: stateless calls replay a CUDA graph
+        (``cuda_graphs``) from their bucket's second call on, the others launch the kernels one
+        by one; the same bits either way."""
         forward, backward = (
             cast("Sequence[LstmLayer]", stack) for stack in (self.forward_layers, self.backward_layers)
         )
         stacks = gpu_stacks.Stacks.of(ops, forward, backward, self.config.residual)
         graphs = self.cuda_graphs
-        if initial_state is None and graphs is not None and graphs.takes(tokens, lengths):
+        if initial_state is None and graphs is not None and graphs.takes(tokens):
             replayed = graphs.run(ops, stacks, tokens, lengths)
             if replayed is not None:
                 return replayed, None

@@ -9,7 +9,7 @@ axis): a step is the recurrent matmul in pieces (fp32), the cells, the projectio
 their sum (``TritonOps.lstm_step``). A row's bits never depend on the lanes beside it or on how many
 there are (``triton_kernels``), so nothing is padded for them.
 
-Small calls replay the whole of ``run_stacks`` as a CUDA graph (``gpu_graphs``): the same kernels
+Stateless calls replay the whole of ``run_stacks`` as a CUDA graph (``gpu_graphs``): the same kernels
 on the same values, so the same bits as launched one by one.
 """
 
