@@ -17,7 +17,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"]),
-    package_data={"spacy_elmo": ["py.typed"]},
+    package_data={"spacy_elmo": ["py.typed", "tasks/configs/*.cfg"]},
     python_requires=">=3.10",
     install_requires=[
         # What the compatibility matrix passed (docs/compatibility.md, `nox -s compat`); torch open

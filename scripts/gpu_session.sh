@@ -70,7 +70,7 @@ run_tests() {
 
 run_spacy_train() {
   [ -d "$PIPELINE" ] || full_size_pipeline || return 1
-  python3 -m spacy train training/configs/upos-elmo.cfg --gpu-id 0 --output "$WORK/upos" \
+  python3 -m spacy train spacy_elmo/tasks/configs/upos-elmo.cfg --gpu-id 0 --output "$WORK/upos" \
     --paths.train .gpu/downstream/upos-train-10.spacy --paths.dev .gpu/downstream/upos-dev.spacy \
     --paths.elmo "$PIPELINE" --training.max_steps "${SPACY_TRAIN_STEPS:-300}" --training.eval_frequency 100
 }

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from spacy_elmo import embed_sentences, load_bilm, save_bilm
 from spacy_elmo.cli.app import app
 from spacy_elmo.hub.cache import download_model, resolve_weights
-from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, PublishedModel
+from spacy_elmo.hub.catalogue import BILM_TF, CATALOGUE, BiLMShape, PublishedModel
 from spacy_elmo.hub.download import DownloadError, RemoteFile, cached_path, fetch
 from spacy_elmo.weights.native import WeightsError
 
@@ -42,7 +42,7 @@ def cache(tmp_path, monkeypatch):
     return folder
 
 
-def catalogue_entry(server, name="fixture-elmo", size=None, sha256=None, weights_path="/elmo/weights.hdf5"):
+def catalogue_entry(server, name="fixture-elmo", size=None, sha256=None, weights_path="/elmo/weights.hdf5", shape=None):
     return PublishedModel(
         name=name,
         language="en",
@@ -55,6 +55,7 @@ def catalogue_entry(server, name="fixture-elmo", size=None, sha256=None, weights
         licence="Apache-2.0",
         citation="test",
         source="http://127.0.0.1/",
+        shape=shape,
     )
 
 
@@ -314,3 +315,35 @@ def test_an_original_release_folder_as_weights_is_converted_once(cache, tmp_path
     (release / "more_weights.hdf5").write_bytes(b"")
     with pytest.raises(WeightsError, match=r"several \.hdf5 files .* python -m spacy_elmo convert"):
         resolve_weights(str(release), progress=False)
+
+
+def test_the_catalogue_reads_each_allennlp_models_shape_from_its_published_name():
+    assert CATALOGUE["original"].shape == BiLMShape(layers=2, cells=4096, projection=512, filters=2048, highways=2)
+    assert CATALOGUE["small"].shape == BiLMShape(layers=2, cells=1024, projection=128, filters=2048, highways=1)
+    assert CATALOGUE["pt"].shape is None, "a name that states no shape pins none"
+
+
+def test_an_options_json_of_another_shape_is_refused_and_not_kept(
+    server, cache, registered, tmp_path, original_files, fixture_bilm
+):
+    """An unpinned options.json is held to the shape the model's published name states: one of
+    another shape (here placed by hand) is refused with both shapes and removed with its record;
+    the next call downloads the model's own and converts."""
+    import json
+
+    entry = registered(shape=BiLMShape(layers=2, cells=64, projection=16, filters=124, highways=2))
+    placed = cached_path(entry.files[0])
+    placed.parent.mkdir(parents=True, exist_ok=True)
+    placed.write_text("{not json", encoding="utf-8")
+    with pytest.raises(DownloadError, match="is not a bilm-tf options.json"):
+        download_model("fixture-elmo", tmp_path / "bilm", progress=False)
+    wrong = json.loads(original_files["/elmo/options.json"])
+    wrong["lstm"]["dim"] = 4096
+    placed.write_text(json.dumps(wrong), encoding="utf-8")
+    with pytest.raises(DownloadError) as failure:
+        download_model("fixture-elmo", tmp_path / "bilm", progress=False)
+    message = " ".join(str(failure.value).split())
+    assert "describes 2 x 4096 cells projected to 16" in message and "'fixture-elmo' is 2 x 64 cells" in message
+    assert not placed.exists() and not placed.with_name(placed.name + ".json").exists()
+    assert not (tmp_path / "bilm").exists()
+    assert_same_layers(load_bilm(download_model("fixture-elmo", tmp_path / "bilm", progress=False)), fixture_bilm)

@@ -4,8 +4,9 @@ import json
 
 import spacy
 
+from spacy_elmo.tasks.conllu import conllu_docs
 from training.corpus import read_sentences
-from training.downstream.data import ewt_docs, nested_subsets, save_task_text, wnut_docs
+from training.downstream.data import nested_subsets, save_task_text, wnut_docs
 
 CONLLU = """# sent_id = a
 # text = I don't know.
@@ -27,7 +28,7 @@ WNUT = "@paulwalk\tO\nvisits\tO\nEmpire\tB-location\nState\tI-location\n\nok\tO\
 def test_ewt_reader_keeps_syntactic_words_and_upos(tmp_path):
     path = tmp_path / "ewt.conllu"
     path.write_text(CONLLU, encoding="utf-8")
-    docs = ewt_docs(path, spacy.blank("en").vocab)
+    docs = conllu_docs(path, spacy.blank("en").vocab)
     assert [[t.text for t in d] for d in docs] == [["I", "do", "n't", "know", "."], ["Yes", "!"]]
     assert [t.tag_ for t in docs[0]] == ["PRON", "AUX", "PART", "VERB", "PUNCT"]
     assert [t.whitespace_ for t in docs[0]][:4] == [" ", " ", " ", ""], "SpaceAfter=No is kept"

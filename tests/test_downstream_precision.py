@@ -12,11 +12,13 @@ import typer
 from conftest import ROOT, run_report, with_this_checkout
 from typer.testing import CliRunner
 
+from spacy_elmo.cli import tasks as task_commands
+from spacy_elmo.cli.tasks import pipeline as source_pipeline_command
 from spacy_elmo.pipeline.component import Elmo
-from training.downstream import pipeline, precision, report, tasks
+from training.downstream import precision, report, tasks
 from training.downstream.pipeline import with_precision
 
-UPOS_ELMO = ROOT / "training" / "configs" / "upos-elmo.cfg"
+UPOS_ELMO = ROOT / "spacy_elmo" / "tasks" / "configs" / "upos-elmo.cfg"
 
 
 def precisions_seen_in_training(monkeypatch, config_overrides, output: Path) -> set:
@@ -164,12 +166,12 @@ def unboxed(output: str) -> str:
     [
         (precision.main, ["--data", "d", "--elmo", "e", "--precision", "fp16"]),
         (tasks.main, ["upos", "1", "elmo", "--data", "d", "--elmo", "e", "--precision", "fp16"]),
-        (pipeline.main, ["bilm", "out", "--precision", "fp16"]),
+        (source_pipeline_command, ["bilm", "out", "--precision", "fp16"]),
     ],
 )
 def test_an_unknown_precision_is_a_usage_error_that_names_the_choices(command, arguments, monkeypatch):
     monkeypatch.setattr(tasks, "run", lambda *args: pytest.fail("ran despite a bad precision"))
-    monkeypatch.setattr(pipeline, "assemble", lambda *args, **kwargs: pytest.fail("ran despite a bad precision"))
+    monkeypatch.setattr(task_commands, "save_source_pipeline", lambda *args: pytest.fail("ran despite a bad precision"))
     app = typer.Typer()
     app.command()(command)
     result = CliRunner().invoke(app, arguments)

@@ -39,6 +39,7 @@ def site_packages(python) -> Path:
     return Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
 
 
+SHIPPED_CONFIGS = ["ner-baseline", "ner-elmo", "upos-baseline", "upos-elmo"]  # `python -m spacy_elmo config NAME`
 # What the borrowed packages leave out: this checkout's own install, and the optional lemma tables.
 NOT_BORROWED = ("spacy_elmo", "__editable__", "spacy_lookups_data")
 
@@ -59,6 +60,8 @@ def fresh_python(tmp_path_factory):
     run(python, "-m", "pip", "install", "-q", "--no-deps", *wheels.glob("spacy_elmo-*.whl"))
     where = run(python, "-c", "import spacy_elmo; print(spacy_elmo.__file__)", cwd=python.parent)
     assert where.startswith(str(python.parents[1])), "the installed copy, not the checkout's"
+    shipped = "from spacy_elmo.tasks.shipped_configs import config_names; print(config_names())"
+    assert run(python, "-c", shipped, cwd=python.parent).strip() == str(SHIPPED_CONFIGS), "the wheel ships the configs"
     return python
 
 
@@ -78,6 +81,7 @@ def test_spacy_elmo_installs_with_its_dependencies_into_an_empty_venv(tmp_path_f
 
 
 @pytest.mark.slow
+@pytest.mark.matrix  # 20 s: the default run packages, installs and loads one in docs/training.md's walk (test_docs.py)
 def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_python):
     nlp = make_nlp(tiny_weights)
     nlp.meta["name"] = "elmo_tiny_test"

@@ -128,7 +128,7 @@ def test_tiny_spacy_train_with_the_shipped_elmo_config(tiny_elmo_pipeline, upos_
         "-m",
         "spacy",
         "train",
-        str(ROOT / "training" / "configs" / "upos-elmo.cfg"),
+        str(ROOT / "spacy_elmo" / "tasks" / "configs" / "upos-elmo.cfg"),
         "--output",
         str(tmp_path / "out"),
         "--paths.train",

@@ -4,7 +4,7 @@ A new command goes in a module of its own here that registers it on ``app`` (as 
 ``embed`` do), imported below.
 """
 
-from . import embed, info, serve  # noqa: F401  (they register their commands on app)
+from . import embed, info, serve, tasks  # noqa: F401  (they register their commands on app)
 from .app import app
 
 __all__ = ["app"]

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 from wasabi import msg
 
-from ..hub.catalogue import CATALOGUE, UnknownModelError, models_for_language
-from ..hub.download import DownloadError
+from ..hub.catalogue import CATALOGUE, PublishedModel, UnknownModelError, models_for_language
+from ..hub.download import DownloadError, RemoteFile
 from ..network.config import ConfigError
 from ..weights.native import WeightsError, load_bilm, save_bilm
 from ..weights.original import import_original
@@ -74,8 +74,7 @@ def models(
     if files:
         for model in chosen:
             for remote in model.files:
-                pinned = f"{remote.size:,} bytes, sha256 {remote.sha256} ({remote.pinned_by})" if remote.sha256 else ""
-                msg.text(f"{model.name}: {remote.url} {pinned or '(not pinned: the first download is recorded)'}")
+                msg.text(f"{model.name}: {remote.url} {_pin_of(model, remote)}")
 
 
 @app.command()
@@ -131,6 +130,16 @@ def package(
         msg.fail("Packaging failed", str(err), exits=1)
     wheels = sorted(folder.glob("dist/*.whl"))
     msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")
+
+
+def _pin_of(model: PublishedModel, remote: RemoteFile) -> str:
+    """What a published file is checked against: its pinned size and sha256, the shape its model's
+    name states (an options.json), or the sha256 its first download records."""
+    if remote.sha256:
+        return f"{remote.size:,} bytes, sha256 {remote.sha256} ({remote.pinned_by})"
+    if model.shape is not None and remote.filename == "options.json":
+        return f"(held to the shape its name states: {model.shape}; the first download's sha256 is recorded)"
+    return "(not pinned: the first download is recorded)"
 
 
 def describe_bilm(bilm: BiLM) -> str:

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Union
 from ..files import atomic_directory, atomic_write_json
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
 from ..weights.original import import_original
-from .catalogue import PublishedModel, get_model
-from .download import DownloadError, RemoteFile, cache_dir, fetch_all, recorded_sha256
+from .catalogue import BiLMShape, PublishedModel, get_model
+from .download import DownloadError, RemoteFile, cache_dir, fetch_all, forget, recorded_sha256
 
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
@@ -62,11 +62,33 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
         return target
     paths = fetch_all(model.files, cache, progress, _local_copies_hint(model))
     if not model.is_archive:
+        _check_shape(model, paths[0])
         return _convert_into(
             target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model)
         )
     with _extracted(paths[0]) as folder:
         return _convert_into(target, lambda: convert_directory(folder), model.files, paths, _provenance(model))
+
+
+def _check_shape(model: PublishedModel, options: Path) -> None:
+    """Refuse an options.json that describes another shape than the model's published name states
+    (``BiLMShape``); it is removed with its record, so that the next call downloads the model's own
+    or takes a copy placed there anew."""
+    if model.shape is None:
+        return
+    try:
+        problem = f"describes {BiLMShape.from_options(json.loads(options.read_text(encoding='utf-8')))}"
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        problem = f"is not a bilm-tf options.json ({type(err).__name__}: {err})"
+    if problem == f"describes {model.shape}":
+        return
+    forget(options)
+    remote = model.files[0]
+    raise DownloadError(
+        f"{options} {problem}, but '{model.name}' is {model.shape}, as its published name "
+        f"{remote.url.rsplit('/', 1)[-1]} states. It was removed: place the model's own options.json there "
+        f"({remote.url}), or run again to download it."
+    )
 
 
 _ARCHIVE_HINT = 'Or give a copy of the archive as the weights, by a file:// URL: weights = "file:///path/to/{name}".'

@@ -10,7 +10,10 @@ or the NLPL repository's zip of options.json + model.hdf5 [+ vocab.txt, meta.jso
 
 Sizes and sha256 are pinned where a source for them can be named (``RemoteFile.pinned_by``); a
 download that differs is refused with both values and that source. Where none is known, the first
-download records the sha256 it got and later uses check against it.
+download records the sha256 it got and later uses check against it. AllenNLP's file names state
+each model's shape (``elmo_2x4096_512_2048cnn_2xhighway``: 2 layers of 4,096 cells projected to
+512, 2,048 char filters, 2 highways): an options.json that describes another shape is refused
+(``BiLMShape``), which pins what an unpinned options.json may say.
 
 ``input_attr`` is what the model was trained on: the text (``ORTH``) or, for models trained on
 lemmatized text, ``LEMMA``: the elmo component then reads the lemmas a lemmatizer set.
@@ -18,8 +21,9 @@ lemmatized text, ``LEMMA``: the elmo component then reads the lemmas a lemmatize
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .download import RemoteFile
 
@@ -72,6 +76,38 @@ class UnknownModelError(ValueError):
 
 
 @dataclass(frozen=True)
+class BiLMShape:
+    """A biLM's shape as a published name states it: layers, cells, projection, char filters and
+    highway layers."""
+
+    layers: int
+    cells: int
+    projection: int
+    filters: int
+    highways: int
+
+    @classmethod
+    def from_name(cls, name: str) -> Optional["BiLMShape"]:
+        """The shape in an AllenNLP file name (``..._2x4096_512_2048cnn_2xhighway...``), or None."""
+        found = re.search(r"(\d+)x(\d+)_(\d+)_(\d+)cnn_(\d+)xhighway", name)
+        return cls(*(int(group) for group in found.groups())) if found else None
+
+    @classmethod
+    def from_options(cls, options: Dict[str, Any]) -> "BiLMShape":
+        """The shape an options.json describes (KeyError, TypeError, ValueError where it is not one)."""
+        lstm, chars = options["lstm"], options["char_cnn"]
+        filters = sum(int(count) for _, count in chars["filters"])
+        layers, cells, projection = (int(lstm[key]) for key in ("n_layers", "dim", "projection_dim"))
+        return cls(layers, cells, projection, filters, int(chars["n_highway"]))
+
+    def __str__(self) -> str:
+        return (
+            f"{self.layers} x {self.cells} cells projected to {self.projection}, {self.filters:,} char filters, "
+            f"{self.highways} highway layer{'s' if self.highways != 1 else ''}"
+        )
+
+
+@dataclass(frozen=True)
 class PublishedModel:
     """One downloadable model. ``files``: options + weights (bilm-tf), or one archive (efml, and
     bilm-tf from NLPL). ``input_attr``: the spaCy token attribute it was trained on ("ORTH": the
@@ -88,6 +124,7 @@ class PublishedModel:
     parameters: Optional[str] = None
     input_attr: str = "ORTH"
     vocabulary_size: Optional[int] = None
+    shape: Optional[BiLMShape] = None  # as its publisher's file names state it
 
     @property
     def is_archive(self) -> bool:
@@ -124,6 +161,7 @@ def _allennlp(
         citation=PETERS_2018,
         source="https://allennlp.org/elmo",
         parameters=parameters,
+        shape=BiLMShape.from_name(stem),
     )
 
 

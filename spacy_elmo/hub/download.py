@@ -159,6 +159,13 @@ def _changed_on_purpose(remote: RemoteFile) -> str:
     )
 
 
+def forget(path: Path) -> None:
+    """Remove a cached file and its record: the next ``fetch`` downloads it, or takes a copy placed
+    there by hand as new."""
+    path.unlink(missing_ok=True)
+    _record_path(path).unlink(missing_ok=True)
+
+
 def recorded_sha256(path: Path) -> str:
     """The sha256 that ``fetch`` recorded for a cached file (computed afresh if there is no record)."""
     try:

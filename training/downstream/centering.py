@@ -155,7 +155,7 @@ def _short(correction: str) -> str:
 
 
 def main(
-    elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
+    elmo: Path = typer.Option(..., help="The pipeline from `python -m spacy_elmo pipeline`."),
     data: Path = typer.Option(..., help="The shared data folder (WiC, word similarity)."),
     text: Path = typer.Option(..., help="Corpus shards whose tokens the corrections are estimated from."),
     tokens: int = typer.Option(CENTERING_TOKENS, help="How many tokens of --text to estimate from."),

@@ -27,6 +27,7 @@ import typer
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo.files import atomic_write_text
+from spacy_elmo.tasks.conllu import conllu_docs
 
 from ..corpus import MANIFEST, MAX_SENTENCE_LENGTH, ShardWriter, token_lists
 
@@ -35,35 +36,6 @@ SPLITS = ("train", "dev", "test")
 # The files read from the data folder by default, {split} for each of SPLITS.
 UPOS_FILES = "ud-english-ewt/en_ewt-ud-{split}.conllu"
 NER_FILES = "wnut17/{split}.conll"
-
-
-def ewt_docs(path: Path, vocab) -> List[Doc]:
-    """Syntactic words of each sentence with their UPOS as tag_ (multiword token lines skipped)."""
-    docs, words, tags, spaces = [], [], [], []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            if words:
-                docs.append(_tagged(vocab, words, tags, spaces))
-                words, tags, spaces = [], [], []
-            continue
-        if line.startswith("#"):
-            continue
-        columns = line.split("\t")
-        if "-" in columns[0] or "." in columns[0]:
-            continue  # multiword ranges and empty nodes
-        words.append(columns[1])
-        tags.append(columns[3])
-        spaces.append("SpaceAfter=No" not in columns[9])
-    if words:
-        docs.append(_tagged(vocab, words, tags, spaces))
-    return docs
-
-
-def _tagged(vocab, words: List[str], tags: List[str], spaces: List[bool]) -> Doc:
-    doc = Doc(vocab, words=words, spaces=spaces, sent_starts=[True] + [False] * (len(words) - 1))
-    for token, tag in zip(doc, tags):
-        token.tag_ = tag
-    return doc
 
 
 def wnut_docs(path: Path, vocab) -> List[Doc]:
@@ -127,7 +99,7 @@ def main(
     ner: str = typer.Option(NER_FILES, help="The NER files (token<TAB>IOB tag) in DATA, {split}: train, dev, test."),
 ) -> None:
     vocab = spacy.blank(lang).vocab
-    upos_docs = {split: ewt_docs(data / upos.format(split=split), vocab) for split in SPLITS}
+    upos_docs = {split: conllu_docs(data / upos.format(split=split), vocab) for split in SPLITS}
     for fraction, docs in nested_subsets(upos_docs["train"], FRACTIONS, seed).items():
         typer.echo(f"upos train {fraction}%: {save(docs, output / f'upos-train-{fraction}.spacy')}")
     for split in ("dev", "test"):

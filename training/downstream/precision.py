@@ -17,10 +17,10 @@ from typing import Dict, List, Optional
 
 import typer
 
+from spacy_elmo.cli.tasks import precision_parameter
 from spacy_elmo.kernels.precision import PRECISIONS
 
 from .metrics import METRICS, pyplot, save_metrics, save_plot
-from .pipeline import precision_parameter
 from .tasks import check_run, run, run_name
 
 TASK, SIZE, VARIANT = "upos", 1, "elmo"
@@ -84,7 +84,9 @@ def check_precisions(precisions: Optional[List[str]]) -> List[str]:
 
 def main(
     data: Path = typer.Option(..., help="Output of training.downstream.data."),
-    elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline (its elmo component in fp32)."),
+    elmo: Path = typer.Option(
+        ..., help="The pipeline from `python -m spacy_elmo pipeline` (its elmo component in fp32)."
+    ),
     runs: Path = typer.Option(Path("runs/downstream")),
     seeds: int = typer.Option(3, help="Train with seeds 0..N-1 in each precision."),
     precisions: List[str] = typer.Option(

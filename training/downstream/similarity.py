@@ -90,7 +90,7 @@ def parse_sets(sets: List[str], data: Path) -> Dict[str, Path]:
 
 
 def main(
-    elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
+    elmo: Path = typer.Option(..., help="The pipeline from `python -m spacy_elmo pipeline`."),
     data: Path = typer.Option(..., help="The shared data folder."),
     sets: List[str] = typer.Option(SETS, help="NAME=FILE in DATA: the word-pair sets."),
 ) -> None:

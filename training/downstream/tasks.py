@@ -1,5 +1,5 @@
-"""The task models: ``spacy train`` of one configuration (training/configs/TASK-VARIANT.cfg) once per
-seed, each model then scored by ``spacy evaluate`` on the test split; the mean over seeds goes to
+"""The task models: ``spacy train`` of one shipped configuration (TASK-VARIANT: ``spacy_elmo.tasks``)
+once per seed, each model then scored by ``spacy evaluate`` on the test split; the mean over seeds goes to
 metrics/downstream/TASK-SIZE-VARIANT.json, with the layer weights the +ELMo models learned.
 
     python -m training.downstream.tasks upos 1 elmo --data corpus/downstream --elmo pipelines/elmo-downstream --seeds 3
@@ -21,10 +21,12 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import typer
 
-from .metrics import METRICS, load_metrics, save_metrics
-from .pipeline import precision_parameter, with_precision
+from spacy_elmo.cli.tasks import precision_parameter
+from spacy_elmo.tasks.shipped_configs import config_path
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from .metrics import METRICS, load_metrics, save_metrics
+from .pipeline import with_precision
+
 # Training budgets per (task, size): (max_steps, eval_frequency), the same for the baseline and +ELMo.
 BUDGETS = {("upos", 1): (800, 50), ("upos", 10): (2000, 100), ("upos", 100): (4000, 200), ("ner", 100): (3000, 200)}
 VARIANTS = ("baseline", "elmo")
@@ -44,7 +46,7 @@ def main(
     size: int,
     variant: str,
     data: Path = typer.Option(..., help="Output of training.downstream.data."),
-    elmo: Optional[Path] = typer.Option(None, help="The pipeline from training.downstream.pipeline (+ELMo runs)."),
+    elmo: Optional[Path] = typer.Option(None, help="The pipeline from `python -m spacy_elmo pipeline` (+ELMo runs)."),
     runs: Path = typer.Option(Path("runs/downstream")),
     seeds: int = typer.Option(1, help="Train with seeds 0..N-1; the score is their mean test score."),
     precision: str = typer.Option(
@@ -166,7 +168,7 @@ def _train_seed(
     task: str, size: int, variant: str, data: Path, elmo: Optional[Path], output: Path, scores_path: Path, seed: int
 ) -> float:
     """Train one seed into ``output``, evaluate its best model into ``scores_path``; the training minutes."""
-    config = CONFIGS / f"{task}-{variant}.cfg"
+    config = config_path(f"{task}-{variant}")
     started = time.time()
     subprocess.run(
         [

@@ -77,7 +77,7 @@ def read_splits(data: Path, examples: str, gold: str) -> Dict[str, Tuple[List[Ex
 
 
 def main(
-    elmo: Path = typer.Option(..., help="The pipeline from training.downstream.pipeline."),
+    elmo: Path = typer.Option(..., help="The pipeline from `python -m spacy_elmo pipeline`."),
     data: Path = typer.Option(..., help="The shared data folder."),
     examples: str = typer.Option(EXAMPLES, help="The WiC examples in DATA, {split}: dev, test."),
     gold: str = typer.Option(GOLD, help="Their gold labels in DATA."),
