@@ -24,7 +24,8 @@ from spacy_elmo.corpus.embedding import EmbedSettings, Workers, embed_corpus
 ray = pytest.importorskip("ray", reason="the ray extra (pip install spacy-elmo[ray]) is not installed")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+# one worker: the driver's kill test below reruns on one and compares its output; `nox -s matrix` runs it here too
+@pytest.mark.parametrize("workers", [pytest.param(1, marks=pytest.mark.matrix), 2])
 def test_ray_workers_write_what_one_process_writes(tmp_path, pipeline, corpus_file, in_process, workers):  # noqa: F811
     settings = EmbedSettings(str(pipeline), block_lines=4)
     report = embed_corpus(corpus_file, tmp_path / "out", settings, Workers(ray=True, workers=workers), progress=False)

@@ -1,18 +1,17 @@
 """Task mixes without sizes: the elmo component fills them in, so the shipped configs work for any biLM."""
 
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
 import spacy
-from conftest import ROOT, with_this_checkout
+from conftest import ROOT
 from spacy.cli.init_config import fill_config
 from spacy.training import Example
 from spacy.util import load_config
 
 from spacy_elmo.pipeline.task_mix import task_mixes
 
-CONFIGS = sorted((ROOT / "training" / "configs").glob("*.cfg"))
+CONFIGS = sorted((ROOT / "spacy_elmo" / "tasks" / "configs").glob("*.cfg"))
 ELMO_CONFIGS = [path for path in CONFIGS if path.stem.endswith("-elmo")]
 TINY_SIZES = (3, 32)  # (L+1, 2P) of the tiny biLM
 TAGS = {"words": ["Dogs", "run", "fast", "."], "tags": ["NOUN", "VERB", "ADV", "PUNCT"]}
@@ -104,26 +103,28 @@ def test_init_fill_config_on_every_shipped_config(tiny_elmo_pipeline, tmp_path):
     assert len(ELMO_CONFIGS) == 2
 
 
-def debug_config(config, corpus, pipeline, *overrides):
-    command = [sys.executable, "-m", "spacy", "debug", "config", str(config)]
-    command += ["--paths.train", str(corpus), "--paths.dev", str(corpus), "--paths.elmo", str(pipeline), *overrides]
-    return subprocess.run(command, capture_output=True, text=True, env=with_this_checkout())
+def debug_config(capsys, config, corpus, pipeline, **overrides):
+    """`spacy debug config` in this process (the function its command runs): (passed, its output)."""
+    from spacy.cli.debug_config import debug_config as spacy_debug_config
+
+    overrides = {"paths.train": str(corpus), "paths.dev": str(corpus), "paths.elmo": str(pipeline), **overrides}
+    try:
+        spacy_debug_config(Path(config), overrides=overrides)
+        passed, failure = True, ""
+    except (SystemExit, Exception) as error:  # a refused config: msg.fail's exit, or the error itself
+        passed, failure = False, str(error)
+    printed = capsys.readouterr()
+    return passed, printed.out + printed.err + failure
 
 
 @pytest.mark.slow
-def test_debug_config_passes_on_every_shipped_config(tiny_elmo_pipeline, upos_corpus):
+def test_debug_config_passes_on_every_shipped_config(tiny_elmo_pipeline, upos_corpus, capsys):
     """The shipped configs are complete ([initialize], the readers' and [training]'s settings), as
     spacy debug config needs; a mix's width that disagrees with the sourced biLM fails it."""
     for config in CONFIGS:
-        result = debug_config(config, upos_corpus, tiny_elmo_pipeline)
-        assert result.returncode == 0 and "Config is valid" in result.stdout, result.stdout + result.stderr[-3000:]
-    wrong = debug_config(
-        ROOT / "training" / "configs" / "upos-elmo.cfg",
-        upos_corpus,
-        tiny_elmo_pipeline,
-        "--components.tagger.model.tok2vec.embed.mix.width",
-        "256",
-    )
-    assert wrong.returncode != 0 and "has width=256 in its config, but the 'elmo' component before 'tagger'" in (
-        wrong.stdout + wrong.stderr
-    )
+        passed, output = debug_config(capsys, config, upos_corpus, tiny_elmo_pipeline)
+        assert passed and "Config is valid" in output, output[-3000:]
+    width = {"components.tagger.model.tok2vec.embed.mix.width": 256}
+    upos = CONFIGS[[path.stem for path in CONFIGS].index("upos-elmo")]
+    passed, output = debug_config(capsys, upos, upos_corpus, tiny_elmo_pipeline, **width)
+    assert not passed and "has width=256 in its config, but the 'elmo' component before 'tagger'" in output
