@@ -24,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List
 from unittest import SkipTest
@@ -80,10 +81,13 @@ class ShellBlockParser(CodeBlockParser):
     def __init__(self, monkeypatch) -> None:
         super().__init__()
         self.monkeypatch = monkeypatch
+        self.timings: List[str] = []  # each command run, with its seconds, for the test's report
 
     def evaluate(self, example):
         for command in shell_commands(example.parsed):
+            started = time.perf_counter()
             run_command(command, self.monkeypatch)
+            self.timings.append(f"{time.perf_counter() - started:6.1f} s  {shlex.join(command)}")
 
 
 def shell_commands(block: str) -> List[List[str]]:
@@ -196,8 +200,8 @@ def write_corpora(scratch: Path, lines: List[str]) -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(ROOT)) for page in PAGES])
 def test_every_block_of_the_page_runs(page, fixture_pipeline, tmp_path, monkeypatch, capsys):
-    parsers = (PythonCodeBlockParser(), ConfigBlockParser(), ShellBlockParser(monkeypatch), SkipParser())
-    document = Document.parse(str(page), *parsers)
+    shell = ShellBlockParser(monkeypatch)
+    document = Document.parse(str(page), PythonCodeBlockParser(), ConfigBlockParser(), shell, SkipParser())
     if any(True for _ in document):  # a page with blocks gets its scratch folder
         prepare_scratch(tmp_path, fixture_pipeline)
         monkeypatch.chdir(tmp_path)
@@ -215,7 +219,8 @@ def test_every_block_of_the_page_runs(page, fixture_pipeline, tmp_path, monkeypa
         AFTER_THE_WALK[page.name](tmp_path)
     with capsys.disabled():
         reasons = "".join(f"\n  marked {m}" for m in marked)
-        print(f"\n{page.relative_to(ROOT)}: {ran} blocks ran, {len(marked)} marked{reasons}")
+        commands = "".join(f"\n  ran {timing}" for timing in shell.timings)
+        print(f"\n{page.relative_to(ROOT)}: {ran} blocks ran, {len(marked)} marked{reasons}{commands}")
 
 
 def installed_gives_the_source_vectors(scratch: Path) -> None:

@@ -57,12 +57,16 @@ def test_lone_surrogates_are_dropped_like_the_original(seeded):
 
 
 @pytest.mark.slow
-def test_huge_documents(nlp):
-    million = ("word " * 200000)[:1_000_000]
+def test_a_document_of_a_million_characters(nlp):
+    million = ("word " * 200000)[:1_000_000]  # spaCy's default max_length
     assert len(million) == 1_000_000
     check(nlp(million))
-    repeated = Doc(nlp.vocab, words=["again"] * 100000)
-    check(nlp(repeated))
+
+
+@pytest.mark.slow
+@pytest.mark.matrix  # 10 s: the million characters above are 200,000 words of one sentence too
+def test_a_document_of_100000_repeated_words(nlp):
+    check(nlp(Doc(nlp.vocab, words=["again"] * 100000)))
 
 
 def test_hand_set_sentence_boundaries(tiny_weights):
