@@ -18,7 +18,8 @@ from ..weights.original import import_original
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
 
-_MODEL_ERRORS = (WeightsError, ConfigError, DownloadError, UnknownModelError, FileExistsError)
+# What the commands on models report as a failure, with its message (not a traceback)
+MODEL_ERRORS = (WeightsError, ConfigError, DownloadError, UnknownModelError, FileExistsError)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="ELMo biLMs for spaCy.")
 
@@ -53,7 +54,7 @@ def convert_efml(
         bilm = import_efml(model_dir)
         with atomic_directory(output) as temporary:
             save_bilm(bilm, temporary)
-    except _MODEL_ERRORS as err:
+    except MODEL_ERRORS as err:
         msg.fail("Conversion failed", str(err), exits=1)
     msg.good(f"Saved the biLM to {output}", describe_bilm(bilm))
 
@@ -102,7 +103,7 @@ def download(
     try:
         download_model(name, output, options=options, weights=weights, cache=cache)
         bilm = load_bilm(output)
-    except (*_MODEL_ERRORS, ValueError) as err:
+    except (*MODEL_ERRORS, ValueError) as err:
         msg.fail("Download failed", str(err), exits=1)
     msg.good(f"Saved the biLM '{name}' to {output}", describe_bilm(bilm))
 
@@ -126,7 +127,7 @@ def package(
 
     try:
         folder = package_published(name, output, version=version, lang=lang, centering_text=centering_text)
-    except (*_MODEL_ERRORS, ImportError, ValueError) as err:
+    except (*MODEL_ERRORS, ImportError, ValueError) as err:
         msg.fail("Packaging failed", str(err), exits=1)
     wheels = sorted(folder.glob("dist/*.whl"))
     msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")

@@ -17,7 +17,7 @@ from ..pipeline.component import Elmo
 from ..tasks.conllu import ConlluError, conllu_docs
 from ..tasks.shipped_configs import config_names, write_config
 from ..tasks.source_pipeline import SENTENCE_CACHE_TOKENS, save_source_pipeline
-from .app import _MODEL_ERRORS, app
+from .app import MODEL_ERRORS, app
 
 
 def precision_parameter(precision: str) -> str:
@@ -64,7 +64,7 @@ def pipeline(
     """Build the pipeline a task config sources: blank + sentencizer + elmo, with a sentence cache."""
     try:
         nlp = save_source_pipeline(weights, output, lang, sentence_cache_tokens, precision, overwrite)
-    except (*_MODEL_ERRORS, ValueError) as err:
+    except (*MODEL_ERRORS, ValueError) as err:
         msg.fail("Cannot build the pipeline", str(err), exits=1)
     config = cast(Elmo, nlp.get_pipe("elmo")).bilm.config
     msg.good(
