@@ -1,6 +1,6 @@
 """What spacy-elmo writes takes the modes the user's umask gives any other file (0644 and 0755
-under umask 022), so converted weights and embedded corpora can sit on shared storage; the atomic
-writes' temporaries used to keep tempfile's private 0600 and 0700 after their rename."""
+under umask 022), so converted weights and embedded corpora can sit on shared storage: the atomic
+writes' temporaries are made with those modes, not tempfile's private 0600 and 0700."""
 
 import os
 import stat

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Union
 
 from ..files import atomic_directory, atomic_write_json
+from ..network.config import ConfigError, config_from_options
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
 from ..weights.original import import_original
 from .catalogue import BiLMShape, PublishedModel, get_model
@@ -77,11 +78,13 @@ def _check_shape(model: PublishedModel, options: Path) -> None:
     if model.shape is None:
         return
     try:
-        problem = f"describes {BiLMShape.from_options(json.loads(options.read_text(encoding='utf-8')))}"
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        problem = f"is not a bilm-tf options.json ({type(err).__name__}: {err})"
-    if problem == f"describes {model.shape}":
-        return
+        described = BiLMShape.of(config_from_options(options))
+    except ConfigError as err:
+        problem = f"is not a bilm-tf options.json ({err})"
+    else:
+        if described == model.shape:
+            return
+        problem = f"describes {described}"
     forget(options)
     remote = model.files[0]
     raise DownloadError(
@@ -123,12 +126,8 @@ def ensure_original_folder(folder: Path, cache: Optional[Path] = None) -> Path:
     target = _models_dir(cache) / f"local-{_slug(folder.resolve().name)}-{_url_key(stamp)}"
     if _is_native(target):
         return target
-    bilm = import_original(options, weights)
     files = [{"file": str(p.resolve()), "bytes": p.stat().st_size} for p in (options, weights)]
-    with atomic_directory(target, replace=True) as temporary:
-        save_bilm(bilm, temporary)
-        atomic_write_json(temporary / SOURCE_FILE, {"name": str(folder.resolve()), "files": files})
-    return target
+    return _save_converted(target, import_original(options, weights), {"name": str(folder.resolve()), "files": files})
 
 
 def _weights_file(folder: Path) -> Path:
@@ -223,9 +222,15 @@ def _convert_into(
         {"url": r.url, "file": r.filename, "sha256": recorded_sha256(p), "bytes": p.stat().st_size}
         for r, p in zip(remotes, paths)
     ]
+    return _save_converted(target, bilm, {**provenance, "files": files})
+
+
+def _save_converted(target: Path, bilm: BiLM, source: Dict[str, Any]) -> Path:
+    """``bilm`` as a native directory at ``target`` (atomically, replacing a stale one) with
+    ``source`` as its ``source.json``."""
     with atomic_directory(target, replace=True) as temporary:
         save_bilm(bilm, temporary)
-        atomic_write_json(temporary / SOURCE_FILE, {**provenance, "files": files})
+        atomic_write_json(temporary / SOURCE_FILE, source)
     return target
 
 

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from .download import RemoteFile
+
+if TYPE_CHECKING:
+    from ..network.config import BiLMConfig
 
 BILM_TF = "bilm-tf"
 EFML = "efml"
@@ -93,12 +96,9 @@ class BiLMShape:
         return cls(*(int(group) for group in found.groups())) if found else None
 
     @classmethod
-    def from_options(cls, options: Dict[str, Any]) -> "BiLMShape":
-        """The shape an options.json describes (KeyError, TypeError, ValueError where it is not one)."""
-        lstm, chars = options["lstm"], options["char_cnn"]
-        filters = sum(int(count) for _, count in chars["filters"])
-        layers, cells, projection = (int(lstm[key]) for key in ("n_layers", "dim", "projection_dim"))
-        return cls(layers, cells, projection, filters, int(chars["n_highway"]))
+    def of(cls, config: "BiLMConfig") -> "BiLMShape":
+        """The shape of a biLM config (e.g. ``network.config.config_from_options``'s)."""
+        return cls(config.n_layers, config.lstm_dim, config.projection_dim, config.n_filters, config.n_highway)
 
     def __str__(self) -> str:
         return (

@@ -1,15 +1,15 @@
 """Calls on a CUDA GPU replayed as CUDA graphs: one launch instead of three or four a step.
 
-One sentence of 24 tokens takes 48 steps through the two layers, each three or four kernel
-launches (both directions in each); a call of 4,096 tokens takes about 2,500. Launching a Triton
-kernel costs the host tens of microseconds, as much as a step's kernels run or more (the profile in
-BENCHMARKS.md); replaying them as a graph removes that cost. A graph is captured per bucket of
-(tokens, steps, lanes), each rounded up with ``row_buckets.bucket_rows`` (at most 25% more), and
-replayed for every call that falls in it: its tokens copied into the graph's input rows (rows past
-the call's hold whatever the last call left: no lane reads them, and no row's bits depend on
-another's), its step tables padded with steps where no lane works. The graph runs the kernels of
-``gpu_stacks.run_stacks`` on the same values, so its results are bitwise those of launching them
-one by one.
+One sentence of 24 tokens takes 48 steps through the two layers, each three or four kernel launches
+(both directions in each); a call of 4,096 tokens takes as many steps as its longest sentence,
+hundreds of launches. Launching a Triton kernel from Python costs the host about as long as a small
+step's kernels run (the profile in BENCHMARKS.md); replaying them as a graph removes that cost. A
+graph is captured per bucket of (tokens, steps, lanes), each rounded up with
+``row_buckets.bucket_rows`` (at most 25% more), and replayed for every call that falls in it: its
+tokens copied into the graph's input rows (rows past the call's hold whatever the last call left: no
+lane reads them, and no row's bits depend on another's), its step tables padded with steps where no
+lane works. The graph runs the kernels of ``gpu_stacks.run_stacks`` on the same values, so its
+results are bitwise those of launching them one by one.
 
 A bucket is captured the second time a call falls in it (the first launches the kernels one by
 one): a shape met once costs nothing more, and a stream of shapes that never come back costs no
