@@ -350,11 +350,13 @@ def plot(report: dict, path: Path) -> None:
 def summary_lines(report: dict) -> list:
     """The ratios to one request at a time and the overload run, as sentences."""
     lines = []
+    names = {"lone_client": "a lone client", "clients_32": "32 clients"}
     for device, found in report.get("ratios", {}).items():
+        measured = [f"{name} {found[key]}x" for key, name in names.items() if found.get(key) is not None]
         lines += [
             "",
             f"Batched against one request at a time ({device}, words/s of the batched service over the unbatched "
-            f"one's with one client): a lone client {found['lone_client']}x, 32 clients {found['clients_32']}x.",
+            f"one's in the same run): {', '.join(measured) or 'not measured'}.",
         ]
     for r in (r for r in report["rows"] if r.get("overload")):
         lines += [

@@ -80,6 +80,42 @@ def test_a_lone_request_starts_at_once_and_arrivals_meanwhile_form_the_next_batc
     assert [f.reports for f in figures] == [True, True, False, True, False]  # one answer reports each batch
 
 
+def test_a_batch_reports_what_waited_when_it_started_not_when_it_ended():
+    async def scenario():
+        gate, started = threading.Semaphore(0), threading.Event()
+
+        def run(items):
+            started.set()
+            assert gate.acquire(timeout=10)
+            return [item.upper() for item in items], sum(map(len, items))
+
+        work = batcher(run)
+        first = asyncio.ensure_future(work.submit("a"))
+        assert await asyncio.to_thread(started.wait, 10)  # the first batch runs, nothing waiting
+        later = asyncio.ensure_future(work.submit("b"))  # arrives while it runs
+        await asyncio.sleep(0)
+        gate.release()
+        gate.release()
+        return await asyncio.gather(first, later)
+
+    (_, first), (_, later) = asyncio.run(scenario())
+    assert (first.number, first.waiting) == (1, 0) and (later.number, later.waiting) == (2, 0)
+
+
+def test_one_request_a_batch_starts_without_the_wait_for_more():
+    """Without batching (one request a batch), a request fills its batch: ``max_wait_s`` holds
+    nothing (a 30 s wait would keep this lone request waiting past the 10 s the test allows)."""
+
+    async def scenario():
+        run = Recorder()
+        work = batcher(run, max_requests=1, max_wait_s=30)
+        answer = asyncio.ensure_future(work.submit("a"))
+        assert await asyncio.to_thread(run.started.wait, 10), "held by the wait for more requests"
+        return await answer
+
+    assert asyncio.run(scenario())[0] == "A"
+
+
 def test_a_request_whose_client_left_is_dropped_and_a_failure_stays_with_its_batch():
     async def scenario():
         run = Recorder(hold=True, fail_on="bad")

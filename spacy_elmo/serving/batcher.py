@@ -99,6 +99,7 @@ class ContinuousBatcher(Generic[Item, Result]):
             if not batch:
                 continue
             self._batches += 1
+            waiting = self.waiting  # when the batch starts
             items = [entry.item for entry in batch]
             try:
                 results, tokens = await loop.run_in_executor(self.worker, self.run, items)
@@ -107,7 +108,7 @@ class ContinuousBatcher(Generic[Item, Result]):
                     if not entry.future.done():
                         entry.future.set_exception(failure)
                 continue
-            figures = BatchFigures(self._batches, len(batch), sum(e.docs for e in batch), tokens, self.waiting)
+            figures = BatchFigures(self._batches, len(batch), sum(e.docs for e in batch), tokens, waiting)
             reported = False
             for entry, result in zip(batch, results):
                 if not entry.future.done():
@@ -115,12 +116,12 @@ class ContinuousBatcher(Generic[Item, Result]):
                     reported = True
 
     async def _hold(self) -> None:
-        """With ``max_wait_s``, wait for more requests until the budget is full or the oldest waiting
-        request is that old."""
+        """With ``max_wait_s``, wait for more requests until the budget is full (its tokens, or its
+        ``max_requests``) or the oldest waiting request is that old."""
         if self.max_wait_s <= 0:
             return
         deadline = self._queue[0].arrived + self.max_wait_s
-        while self._waiting_tokens() < self.max_tokens and time.monotonic() < deadline:
+        while not self._full() and time.monotonic() < deadline:
             self._arrival.clear()
             try:
                 await asyncio.wait_for(self._arrival.wait(), deadline - time.monotonic())
@@ -141,6 +142,12 @@ class ContinuousBatcher(Generic[Item, Result]):
             batch.append(self._queue.popleft())
             tokens += entry.size
         return batch
+
+    def _full(self) -> bool:
+        """Whether what waits fills a batch: its tokens, or its number of requests."""
+        if self.max_requests is not None and self.waiting >= self.max_requests:
+            return True
+        return self._waiting_tokens() >= self.max_tokens
 
     def _waiting_tokens(self) -> int:
         return sum(entry.size for entry in self._queue if not entry.future.cancelled())
