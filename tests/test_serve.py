@@ -317,8 +317,11 @@ def test_a_replica_killed_under_load_costs_no_request(service):
     counts = Counter(statuses)
     print(f"replica killed under 8 clients: {dict(counts)} over {len(statuses)} requests")
     assert back and set(counts) <= {200, 503}, counts
+    assert 200 in statuses[before:], "the replica started in its place answers"
     metrics = httpx.get(f"{service}/metrics", timeout=10).text
-    print(f"requests sent again: {samples_of(metrics, 'spacy_elmo_replica_failures_total'):.0f}")
+    sent_again = samples_of(metrics, "spacy_elmo_replica_failures_total")
+    print(f"requests sent again: {sent_again:.0f}")
+    assert sent_again >= 1, "a request the killed replica held was sent again"
     assert samples_of(metrics, "spacy_elmo_replica_restarts_total") == 1 and ready_within(service, 60)
 
 
@@ -331,7 +334,8 @@ def test_sigterm_answers_the_requests_in_flight_then_stops(served):
         admitted = "spacy_elmo_requests_in_service"
         assert wait_for(lambda: samples_of(httpx.get(f"{service}/metrics").text, admitted) >= 6, 60), "all 6 admitted"
         process.send_signal(signal.SIGTERM)  # with the 6 in the service: each is answered, whatever comes after
-        wait_for(lambda: httpx.get(f"{service}/ready", timeout=10).status_code == 503, 30)
+        draining = wait_for(lambda: httpx.get(f"{service}/ready", timeout=10).status_code == 503, 30)
+        assert draining, "/ready says the service is draining"
         refused = httpx.post(f"{service}/embed", json={"texts": ["Too late."]}, timeout=30)
         answered = [future.result() for future in in_flight]
     output = process.stdout.read().decode() if process.wait(timeout=90) is not None else ""
