@@ -299,9 +299,15 @@ def test_a_request_whose_replica_died_is_sent_again_and_answered(embedder):
 
 def test_where_no_replica_comes_back_the_answer_is_503_with_retry_after(embedder):
     gateway, handle = gateway_of(embedder, failures=[ActorDiedError(), ActorDiedError()])
-    answer = talk(gateway, lambda client: client.post("/embed", json={"texts": ["Lost."]}))
+
+    async def conversation(client):
+        answer = await client.post("/embed", json={"texts": ["Lost."]})
+        return answer, (await client.get("/metrics")).text
+
+    answer, metrics = talk(gateway, conversation)
     assert answer.status_code == 503 and answer.headers["retry-after"] == str(RETRY_AFTER_S)
     assert "no replica could embed the request" in answer.json()["error"] and handle.calls == 2
+    assert samples(metrics, "spacy_elmo_replica_failures_total") == {(): 1.0}, "one request, counted once"
 
 
 def test_draining_answers_what_is_in_flight_and_refuses_the_rest(embedder):

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import typer
 from wasabi import msg
 
+from ..serving.settings import API_KEY_VARIABLE
 from .app import app
 
 MAX_WAIT_MS = typer.Option(
@@ -17,7 +18,7 @@ MAX_CONCURRENT_REQUESTS = typer.Option(
 )
 API_KEY = typer.Option(
     None,
-    envvar="SPACY_ELMO_API_KEY",
+    envvar=API_KEY_VARIABLE,
     show_envvar=True,
     help="A key every route but /health and /ready asks for, as 'Authorization: Bearer KEY'.",
 )

@@ -97,8 +97,8 @@ class Gateway:
             return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
         if path == "/v1/embeddings":
             try:
-                width = self._width or (await self._about())["elmo"]["width"]
-            except replica_lost_errors() as lost:
+                width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
+            except replica_lost_errors() + (asyncio.TimeoutError,) as lost:
                 message = f"no replica could describe the model ({type(lost).__name__}): retry later"
                 return json_response(error(503, message), 503, {"Retry-After": str(RETRY_AFTER_S)})
             return await self._embedding(
@@ -164,8 +164,7 @@ class Gateway:
             logger.warning("spacy-elmo serve: a replica was lost under a request (%s); sending it again", first)
         try:
             return await _within(self.embedder.embed.remote(request), RETRY_WAIT_S)
-        except lost_or_late as second:
-            self.metrics.replicas_lost.inc()
+        except lost_or_late as second:  # the request is counted in replicas_lost already
             raise ReplicaUnavailable(
                 f"no replica could embed the request (one was lost, and none answered within {RETRY_WAIT_S:.0f} s: "
                 f"{type(second).__name__}): retry later"
