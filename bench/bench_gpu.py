@@ -36,7 +36,7 @@ RESULTS = ROOT / "bench" / "results"
 
 WORKLOADS = ["1 sentence", "64 sentences", "1,000 sentences"]
 # (precision, max_batch_tokens): the component's default token budget per biLM call, and a larger one
-CONFIGURATIONS = [("fp32", 4096), ("fp32", 32768), ("bf16", 32768), ("int8", 32768)]
+CONFIGURATIONS = [("fp32", 4096), ("fp32", 32768), ("bf16", 4096), ("bf16", 32768), ("int8", 32768)]
 REPEATS = 5
 INVARIANCE_SENTENCES = 8  # sentences of a workload embedded alone and compared with their rows in it
 

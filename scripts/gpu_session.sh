@@ -9,6 +9,7 @@
 #   gpu-tests    tests/test_gpu.py alone (the Triton kernels, CUDA graphs, batch invariance, parity on CUDA)
 #   tests        the GPU tests, parity, int8 on CUDA, and pretraining's tests (which run on the GPU there)
 #   profile      bench/profile_gpu.py: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
+#                (PROFILE_LABEL names its bench/results/profile-gpu-LABEL.json; after by default)
 #   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a change)
 #   profile-small-graphs  the same with CUDA graphs for calls up to 256 tokens alone (as before every call could)
 #   tiles        bench/bench_triton_tiles.py: the Triton kernels' tiles and the device's ceilings
@@ -115,7 +116,7 @@ for name in "$@"; do
     gpu-tests) stage gpu-tests "${TESTS_SECONDS:-200}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py \
       ${GPU_TESTS:+-k "$GPU_TESTS"} ;;
     tests) stage tests "${TESTS_SECONDS:-200}" run_tests ;;
-    profile) stage profile "${PROFILE_SECONDS:-150}" run_profile after ;;
+    profile) stage profile "${PROFILE_SECONDS:-150}" run_profile "${PROFILE_LABEL:-after}" ;;
     profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile before "$PWD/.gpu-before" ;;
     profile-small-graphs) stage profile-small-graphs "${PROFILE_SECONDS:-150}" run_profile small-graphs "" --graph-tokens 256 ;;
     tiles) stage tiles "${TILES_SECONDS:-150}" python3 bench/bench_triton_tiles.py ;;

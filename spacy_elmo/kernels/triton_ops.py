@@ -53,15 +53,15 @@ class KernelTiles:
 
 
 # linear, conv and bf16's step kernels: the fastest of those bench/bench_triton_tiles.py tried on an
-# H100; fp32's step kernels: the fastest of those bench/bench_fp32_steps.py tried on an H200, all
-# giving the same bits (BENCHMARKS.md).
+# H100; fp32's step kernels: the fastest at 128 and 512 lanes of those bench/bench_fp32_steps.py tried
+# on an H100, all giving the same bits (one lane runs one row whatever ``rows`` says; BENCHMARKS.md).
 TILES = {
     "fp32": KernelTiles(
         linear=Tiles(128, 128, 16, warps=8, stages=2),
         conv=Tiles(32, 128, 16, warps=4, stages=2),
         cell=Tiles(16, 64, 1, warps=2, stages=1),
-        projection=Tiles(16, 64, 4, warps=2, stages=1, piece=128),
-        recurrent=Tiles(8, 64, 4, warps=1, stages=1, piece=128),
+        projection=Tiles(32, 64, 4, warps=1, stages=1, piece=128),
+        recurrent=Tiles(32, 64, 4, warps=1, stages=1, piece=128),
     ),
     "bf16": KernelTiles(
         linear=Tiles(128, 256, 64, warps=8, stages=3),

@@ -30,19 +30,11 @@ def doc_layers(
     """The layers of every token of ``docs`` from the biLM in ``model`` (spacy-elmo.BiLM.v1),
     ``shape`` = (L+1, 2P): one float32 array (L+1, len(doc), 2P) per doc, zeros at whitespace tokens.
     The biLM reads ``token_string(token)`` of each token (its text, or its lemma: ``token_input``)."""
-    n_layers, width = shape
     segments = [
         segment for position, doc in enumerate(docs) for segment in doc_segments(position, doc, max_sentence_length)
     ]
-    covered = np.zeros(len(docs), dtype=np.int64)
-    for position, indices in segments:
-        covered[position] += len(indices)
-    # every token gets its layers written unless it is whitespace (zeros): no zero fill without any
-    outputs = [
-        (np.empty if covered[i] == len(doc) else np.zeros)((n_layers, len(doc), width), dtype=np.float32)
-        for i, doc in enumerate(docs)
-    ]
-    words = [tuple(token_string(docs[position][int(i)]) for i in indices) for position, indices in segments]
+    outputs = empty_outputs(docs, segments, shape)
+    words = segment_words(docs, segments, token_string)
     missing = []
     for index, sentence in enumerate(words):
         cached = cache.get(sentence)
@@ -90,12 +82,41 @@ def doc_segments(position: int, doc: Doc, longest: int) -> List[Segment]:
     return segments
 
 
+def empty_outputs(docs: Sequence[Doc], segments: List[Segment], shape: Tuple[int, int]) -> List[np.ndarray]:
+    """One float32 array (L+1, len(doc), 2P) per doc, ``shape`` = (L+1, 2P): zeros where a doc has
+    tokens no segment covers (whitespace), else left unset (every token gets its layers written)."""
+    covered = np.zeros(len(docs), dtype=np.int64)
+    for position, indices in segments:
+        covered[position] += len(indices)
+    return [
+        (np.empty if covered[i] == len(doc) else np.zeros)((shape[0], len(doc), shape[1]), dtype=np.float32)
+        for i, doc in enumerate(docs)
+    ]
+
+
+def segment_words(docs: Sequence[Doc], segments: List[Segment], token_string: Callable[[Token], str]) -> List[tuple]:
+    """The strings the biLM reads for each segment's tokens; each doc's tokens are read once."""
+    strings = [[token_string(token) for token in doc] for doc in docs]
+    words = []
+    for position, indices in segments:
+        if _is_run(indices):
+            words.append(tuple(strings[position][indices[0] : indices[-1] + 1]))
+        else:
+            words.append(tuple(strings[position][int(i)] for i in indices))
+    return words
+
+
 def _place(outputs: List[np.ndarray], segment: Segment, layers: np.ndarray) -> None:
     position, indices = segment
-    if len(indices) and indices[-1] - indices[0] + 1 == len(indices):  # a run of tokens: one copy
+    if _is_run(indices):  # one copy
         outputs[position][:, indices[0] : indices[-1] + 1] = layers
     else:
         outputs[position][:, indices] = layers
+
+
+def _is_run(indices: np.ndarray) -> bool:
+    """Whether ``indices`` are consecutive tokens."""
+    return bool(len(indices)) and indices[-1] - indices[0] + 1 == len(indices)
 
 
 def _to_host(model: Model, layers: List[Any]) -> List[np.ndarray]:
