@@ -37,7 +37,7 @@ RESULTS = ROOT / "bench" / "results"
 WORKLOADS = ["1 sentence", "64 sentences", "1,000 sentences"]
 # (precision, max_batch_tokens): the component's default token budget per biLM call, and a larger one
 CONFIGURATIONS = [("fp32", 4096), ("fp32", 32768), ("bf16", 4096), ("bf16", 32768), ("int8", 32768)]
-REPEATS = 5
+REPEATS = 7
 INVARIANCE_SENTENCES = 8  # sentences of a workload embedded alone and compared with their rows in it
 
 
@@ -236,32 +236,42 @@ def update_markdown(report: dict) -> None:
         "../shared/tools/peer-allennlp, converted for ours; ours is the `elmo` component through `nlp.pipe` after "
         "`spacy.require_gpu()`, token cache off, each layer copied back to the host; the peer `Elmo` (fp32) in "
         "batches of 64 on the same GPU. budget: the component's `max_batch_tokens` (4096 is the default). words/s: "
-        f"median of {report.get('repeats', REPEATS)} runs after a warm-up, each configuration in its own process. "
+        f"median of {report.get('repeats', REPEATS)} runs after a warm-up (beside it the slowest and the fastest "
+        "run's), each configuration in its own process. "
         "Peak GPU memory: torch's "
         "allocator. Batch-invariant: of the workload's first sentences, how many get bitwise the same layers "
         f"alone as inside it. Rows measured {measured}; a row's two sides ran in the same run. Command: "
         "`python bench/bench_gpu.py PEER_DIR`.",
         "",
-        "| workload | precision | budget | graphs | ours (words/s) | AllenNLP (words/s) | ratio | ours peak GPU MB | "
-        "AllenNLP peak GPU MB | batch-invariant | error vs fp32 (layers 0 / 1 / 2) |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|",
+        "| workload | precision | budget | graphs | ours (words/s) | ours, slowest-fastest run | AllenNLP (words/s) | "
+        "ratio | ours peak GPU MB | AllenNLP peak GPU MB | batch-invariant | error vs fp32 (layers 0 / 1 / 2) |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in report["rows"]:
         mine, theirs = r["ours"], r["peer"]
         if "failed" in mine:
-            lines.append(f"| {r['workload']} | {r['precision']} | {r['max_batch_tokens']} | | failed | | | | | | |")
+            lines.append(f"| {r['workload']} | {r['precision']} | {r['max_batch_tokens']} | | failed | | | | | | | |")
             continue
         error = " / ".join(f"{e['max_abs']:.1e}, cos {e['min_cosine']:.5f}" for e in mine.get("error", []))
         invariant = mine["batch_invariant"]
         lines.append(
             f"| {r['workload']} | {mine['runs']} ({mine['kernel']}) | {r['max_batch_tokens']} | "
-            f"{graphs_label(mine)} | {mine['words_per_s']:,.0f} | {theirs.get('words_per_s', 0):,.0f} | "
+            f"{graphs_label(mine)} | {mine['words_per_s']:,.0f} | {spread(mine)} | "
+            f"{theirs.get('words_per_s', 0):,.0f} | "
             f"**{r.get('ratio', 0):.2f}x** | "
             f"{mine['peak_gpu_mb']:,.0f} | {theirs.get('peak_gpu_mb', 0):,.0f} | "
             f"{invariant['bitwise_equal']}/{invariant['checked']} | {error or '-'} |"
         )
     lines += ["", "![on the GPU](bench/results/gpu.png)", ""]
     write_section("bench_gpu:cuda", lines)
+
+
+def spread(mine: dict) -> str:
+    """words/s of the slowest and the fastest timed run ("-" where a run kept only the median)."""
+    runs = mine.get("runs_s")
+    if not runs:
+        return "-"
+    return f"{mine['words'] / max(runs):,.0f}-{mine['words'] / min(runs):,.0f}"
 
 
 def graphs_label(mine: dict) -> str:

@@ -108,7 +108,7 @@ def time_pipe(nlp, sentences: list, repeats: int, synchronize=lambda: None) -> d
         times.append(time.perf_counter() - start)
     words = sum(len(s) for s in sentences)
     median = statistics.median(times[1:])
-    return {"words": words, "median_s": median, "words_per_s": words / median}
+    return {"words": words, "median_s": median, "words_per_s": words / median, "runs_s": times[1:]}
 
 
 def distinct_share(sentences: list, max_batch_tokens: int) -> float:

@@ -7,6 +7,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
+# No test reaches a package index: pip in every subprocess stays offline, and so does the
+# `python -m build` that spaCy's `package` runs (offline it fails, and spaCy falls back to setuptools
+# here). The matrix's install into an empty venv is the one test that asks the index, on purpose.
+os.environ["PIP_NO_INDEX"] = "1"
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
 
 

@@ -2,6 +2,7 @@
 run's environment borrows this one's dependencies (seconds); a truly empty one, which installs torch
 and every dependency (half a minute), is in the matrix (`nox -s matrix`)."""
 
+import os
 import subprocess
 import sys
 import venv
@@ -50,6 +51,8 @@ def fresh_python(tmp_path_factory):
     environment's packages (torch, spaCy...) but spacy-lookups-data on its path after its own: what
     a pipeline's wheel resolves its requirements against."""
     python = new_venv(tmp_path_factory)
+    # the venv's own setuptools (65 on Python 3.11) would shadow the borrowed one torch requires (>= 77)
+    run(python, "-m", "pip", "uninstall", "-q", "-y", "setuptools")
     borrowed = tmp_path_factory.mktemp("borrowed")
     for entry in site_packages(sys.executable).iterdir():
         if not entry.name.startswith(NOT_BORROWED):
@@ -69,8 +72,9 @@ def fresh_python(tmp_path_factory):
 def test_spacy_elmo_installs_with_its_dependencies_into_an_empty_venv(tmp_path_factory, tiny_weights):
     """torch first (as the README says), then spacy-elmo from this checkout with everything it needs."""
     python = new_venv(tmp_path_factory)
-    run(python, "-m", "pip", "install", "-q", "torch==2.13.0")
-    run(python, "-m", "pip", "install", "-q", ROOT)
+    with_index = {name: value for name, value in os.environ.items() if name != "PIP_NO_INDEX"}  # see conftest
+    run(python, "-m", "pip", "install", "-q", "torch==2.13.0", env=with_index)
+    run(python, "-m", "pip", "install", "-q", ROOT, env=with_index)
     check = (
         "import spacy\n"
         "nlp = spacy.blank('en'); nlp.add_pipe('sentencizer')\n"
