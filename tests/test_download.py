@@ -249,6 +249,17 @@ def test_an_nlpl_style_zip_of_a_bilm_tf_model_converts(cache, fixture_dir, fixtu
     assert_same_layers(load_bilm(folder), fixture_bilm)
 
 
+def test_an_archive_with_token_embeddings_beside_the_weights_converts_the_weights(cache, fixture_dir, fixture_bilm):
+    """AllenNLP's folders hold elmo_token_embeddings.hdf5 beside the weights (it sorts first)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name in ("options.json", "lm_weights.hdf5", "elmo_token_embeddings.hdf5"):
+            archive.write(fixture_dir / name, f"elmo/{name}")
+    with FileServer({"/elmo.zip": buffer.getvalue()}) as server:
+        folder = resolve_weights(server.url("/elmo.zip"), progress=False)
+    assert_same_layers(load_bilm(folder), fixture_bilm)
+
+
 def test_the_component_names_an_unknown_model_clearly(cache):
     import spacy
 
@@ -346,4 +357,6 @@ def test_an_options_json_of_another_shape_is_refused_and_not_kept(
     assert "describes 2 x 4096 cells projected to 16" in message and "'fixture-elmo' is 2 x 64 cells" in message
     assert not placed.exists() and not placed.with_name(placed.name + ".json").exists()
     assert not (tmp_path / "bilm").exists()
+    assert not any(path.endswith(".hdf5") for path, _ in server.requests), "refused before the weights download"
+    assert not cached_path(entry.files[1]).exists()
     assert_same_layers(load_bilm(download_model("fixture-elmo", tmp_path / "bilm", progress=False)), fixture_bilm)

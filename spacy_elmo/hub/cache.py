@@ -61,9 +61,10 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
     target = _models_dir(cache) / model.name
     if _is_native(target):
         return target
-    paths = fetch_all(model.files, cache, progress, _local_copies_hint(model))
+    # the options' shape is checked as they arrive, before hundreds of MB of weights are fetched
+    shape_check = None if model.is_archive else (lambda remote, path: _check_shape(model, remote, path))
+    paths = fetch_all(model.files, cache, progress, _local_copies_hint(model), shape_check)
     if not model.is_archive:
-        _check_shape(model, paths[0])
         return _convert_into(
             target, lambda: import_original(paths[0], paths[1]), model.files, paths, _provenance(model)
         )
@@ -71,11 +72,11 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
         return _convert_into(target, lambda: convert_directory(folder), model.files, paths, _provenance(model))
 
 
-def _check_shape(model: PublishedModel, options: Path) -> None:
-    """Refuse an options.json that describes another shape than the model's published name states
-    (``BiLMShape``); it is removed with its record, so that the next call downloads the model's own
-    or takes a copy placed there anew."""
-    if model.shape is None:
+def _check_shape(model: PublishedModel, remote: RemoteFile, options: Path) -> None:
+    """Refuse an options.json (``remote``, fetched to ``options``; other files pass) that describes
+    another shape than the model's published name states (``BiLMShape``); it is removed with its
+    record, so that the next call downloads the model's own or takes a copy placed there anew."""
+    if model.shape is None or remote is not model.files[0]:
         return
     try:
         described = BiLMShape.of(config_from_options(options))
@@ -86,7 +87,6 @@ def _check_shape(model: PublishedModel, options: Path) -> None:
             return
         problem = f"describes {described}"
     forget(options)
-    remote = model.files[0]
     raise DownloadError(
         f"{options} {problem}, but '{model.name}' is {model.shape}, as its published name "
         f"{remote.url.rsplit('/', 1)[-1]} states. It was removed: place the model's own options.json there "
@@ -204,9 +204,8 @@ def convert_directory(folder: Path) -> BiLM:
 
         return import_efml(encoder.parent)
     for options in sorted(folder.rglob("options.json")):
-        weights = sorted(options.parent.glob("*.hdf5"))
-        if weights:
-            return import_original(options, weights[0])
+        if any(options.parent.glob("*.hdf5")):
+            return import_original(options, _weights_file(options.parent))
     raise WeightsError(
         f"Found no model in the archive: expected a native biLM ({CONFIG_FILE} + {WEIGHTS_FILE}), "
         "an original release (options.json + a .hdf5 file) or an ELMoForManyLangs model (encoder.pkl, "

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
@@ -286,18 +286,27 @@ def _unreachable(remote: RemoteFile, part: Path, err: Exception) -> Unreachable:
 
 
 def fetch_all(
-    remotes: Iterable[RemoteFile], cache: Optional[Path] = None, progress: bool = True, hint: str = ""
+    remotes: Iterable[RemoteFile],
+    cache: Optional[Path] = None,
+    progress: bool = True,
+    hint: str = "",
+    check: Optional[Callable[[RemoteFile, Path], None]] = None,
 ) -> List[Path]:
-    """The local path of each of ``remotes``, fetched as ``fetch`` does. Where some cannot be
+    """The local path of each of ``remotes``, fetched as ``fetch`` does, in order. Where some cannot be
     reached, one error lists every one of them, with where to place it and what it must be, so that
     a machine without network is set up in one round (files already in place are used as they are);
-    ``hint``: another way, said last."""
+    ``hint``: another way, said last. ``check(remote, path)`` runs on each file as it arrives, before
+    the next is fetched: what it raises stops the download there."""
     paths, missing = [], []
     for remote in remotes:
         try:
-            paths.append(fetch(remote, cache, progress))
+            path = fetch(remote, cache, progress)
         except Unreachable as unreachable:
             missing.append(unreachable)
+            continue
+        if check is not None:
+            check(remote, path)
+        paths.append(path)
     if missing:
         raise DownloadError(_offline_message(missing, hint))
     return paths
