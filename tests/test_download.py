@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import os
 import socket
 import zipfile
 from types import SimpleNamespace
@@ -323,6 +324,11 @@ def test_an_original_release_folder_as_weights_is_converted_once(cache, tmp_path
     nlp.add_pipe("elmo", config={"weights": str(release)})
     nlp.initialize()  # the folder as the component's weights: the converted copy, not converted again
     assert (converted / "model.safetensors").stat().st_mtime_ns == written
+    os.utime(release / "elmo_weights.hdf5", ns=(written, written + 1))  # the weights written anew
+    again = resolve_weights(str(release), progress=False)
+    assert again != converted and (again / "model.safetensors").is_file()
+    assert not converted.exists(), "the conversion of the files before is removed"
+    assert sorted(path.name for path in (cache / "models").iterdir()) == [again.name]
     (release / "more_weights.hdf5").write_bytes(b"")
     with pytest.raises(WeightsError, match=r"several \.hdf5 files .* python -m spacy_elmo convert"):
         resolve_weights(str(release), progress=False)

@@ -120,14 +120,34 @@ def is_original_release(folder: Path) -> bool:
 
 def ensure_original_folder(folder: Path, cache: Optional[Path] = None) -> Path:
     """An original release's folder converted once into the cache (``CACHE/models/local-...``),
-    again only where its files change."""
+    again only where its files change; a new conversion replaces the folder's earlier ones."""
     options, weights = folder / "options.json", _weights_file(folder)
     stamp = " ".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (options, weights))
-    target = _models_dir(cache) / f"local-{_slug(folder.resolve().name)}-{_url_key(stamp)}"
+    prefix = f"local-{_slug(folder.resolve().name)}-"
+    target = _models_dir(cache) / f"{prefix}{_url_key(stamp)}"
     if _is_native(target):
         return target
     files = [{"file": str(p.resolve()), "bytes": p.stat().st_size} for p in (options, weights)]
-    return _save_converted(target, import_original(options, weights), {"name": str(folder.resolve()), "files": files})
+    name = str(folder.resolve())
+    _save_converted(target, import_original(options, weights), {"name": name, "files": files})
+    _remove_earlier_conversions(target, prefix, name)
+    return target
+
+
+def _remove_earlier_conversions(target: Path, prefix: str, name: str) -> None:
+    """Conversions beside ``target`` of the same folder (``name``) from files since changed: each a
+    copy of the weights (374 MB for the original model) nothing would read again. Each is renamed
+    away before it is deleted, so that no reader finds half of one; a process that has one open
+    keeps reading it (on Windows, where it cannot be deleted yet, it stays)."""
+    for earlier in target.parent.glob(f"{prefix}*"):
+        if earlier == target or not earlier.is_dir() or recorded_source(earlier).get("name") != name:
+            continue
+        doomed = earlier.with_name(f".removing-{earlier.name}")
+        try:
+            earlier.rename(doomed)
+        except OSError:
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _weights_file(folder: Path) -> Path:
