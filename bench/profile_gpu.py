@@ -2,7 +2,7 @@
 `nlp.pipe`, the host's share against the GPU's.
 
     python bench/profile_gpu.py PEER_DIR --label after [--precisions fp32 bf16] [--workloads 1 64 1000]
-        [--max-batch-tokens 4096] [--graph-tokens 256]
+        [--max-batch-tokens 4096] [--graph-tokens 256] [--python] [--syncs]
 
 For each workload (1, 64 or 1,000 sentences, as bench_gpu.py) and precision: one warm-up pass,
 three timed (the fastest kept), then one profiled pass. Reports the timed and the profiled pass's
@@ -30,7 +30,9 @@ OUT = ROOT / "bench" / "out"
 TOP = 12
 
 
-def profile(weights: Path, sentences: list, precision: str, max_batch_tokens: int, python: bool = False) -> dict:
+def profile(
+    weights: Path, sentences: list, precision: str, max_batch_tokens: int, python: bool = False, syncs: bool = False
+) -> dict:
     import spacy
     import torch
     from spacy.tokens import Doc
@@ -62,7 +64,40 @@ def profile(weights: Path, sentences: list, precision: str, max_batch_tokens: in
     report = {"unprofiled_s": unprofiled, "profiled_s": wall, **summarize(prof, wall)}
     if python:
         report["python_top"] = python_profile(one_pass)
+    if syncs:
+        report["sync_sites"] = sync_sites(one_pass)
     return report
+
+
+def sync_sites(one_pass) -> list:
+    """Where one more pass makes the host wait for the GPU, by the innermost frame of spacy_elmo or
+    thinc: torch's sync debug mode warns at each synchronizing call it knows (``.item()``, ``nonzero``,
+    copies to the host). Uploads staged through pageable memory also wait, unseen by it: the
+    profile's ``Memcpy HtoD (Pageable -> Device)`` rows count those."""
+    import collections
+    import traceback
+    import warnings
+
+    import torch
+
+    sites: collections.Counter = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None) -> None:
+        if "synchroniz" not in str(message):
+            return
+        ours = [f for f in traceback.extract_stack()[:-1] if "spacy_elmo" in f.filename or "thinc" in f.filename]
+        where = f"{Path(ours[-1].filename).name}:{ours[-1].lineno} {ours[-1].name}" if ours else f"{filename}:{lineno}"
+        sites[where] += 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            one_pass()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [{"where": where, "count": count} for where, count in sites.most_common()]
 
 
 def python_profile(one_pass) -> list:
@@ -124,6 +159,7 @@ def main() -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=4096)
     parser.add_argument("--graph-tokens", type=int, help="replay CUDA graphs for calls up to this many tokens alone")
     parser.add_argument("--python", action="store_true", help="also profile the host's Python over one pass")
+    parser.add_argument("--syncs", action="store_true", help="also list where a pass waits for the GPU")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -133,7 +169,8 @@ def main() -> None:
 
             gpu_graphs.MOST_TOKENS = spec["graph_tokens"]
         sentences = json.loads(Path(spec["sentences"]).read_text())
-        print(json.dumps(profile(Path(spec["weights"]), sentences, spec["precision"], spec["budget"], spec["python"])))
+        arguments = (Path(spec["weights"]), sentences, spec["precision"], spec["budget"], spec["python"])
+        print(json.dumps(profile(*arguments, syncs=spec.get("syncs", False))))
         return
     weights = converted_weights(args.peer)
     report = {"label": args.label, "max_batch_tokens": args.max_batch_tokens, "graph_tokens": args.graph_tokens}
@@ -147,6 +184,7 @@ def main() -> None:
         for precision in args.precisions:
             spec = {"weights": str(weights), "sentences": str(sentences_file), "precision": precision}
             spec.update(budget=args.max_batch_tokens, graph_tokens=args.graph_tokens, python=args.python)
+            spec.update(syncs=args.syncs)
             row = {"workload": names[workload], "precision": precision, **run_worker(spec)}
             row["words"] = sum(len(s) for s in sentences)
             report["rows"].append(row)
@@ -176,6 +214,7 @@ def line(row: dict) -> str:
         f"GPU busy {busy:.1f} ms (host share {row['host_share']:.0%}), {row['kernel_launches']} launches, "
         f"{row['graph_launches']} graph launches, {row['syncs']} syncs, {row['memcpy_calls']} memcpy\n"
         f"    GPU: {top}\n    host: {host}"
+        + "".join(f"\n    waits: x{e['count']} {e['where']}" for e in row.get("sync_sites", []))
         + "".join(
             f"\n    python: {e['cumulative_ms']:8.1f} ms, own {e['own_ms']:7.1f} ms, x{e['calls']} {e['function']}"
             for e in row.get("python_top", [])
