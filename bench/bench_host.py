@@ -1,6 +1,5 @@
 """The host's work in one call of the elmo component, apart from the biLM's arithmetic: what a GPU
-waits for when the host is slower than its kernels (bf16 on an H100: the GPU busy 57-85 ms of a
-164-172 ms pass over 1,000 sentences, BENCHMARKS.md).
+waits for when the host is slower than its kernels (bf16 on an H100, BENCHMARKS.md).
 
     python bench/bench_host.py                  # the 1,000-sentence workload of bench_gpu.py
     python bench/bench_host.py --sentences 64
@@ -13,9 +12,9 @@ placing the layers into a fresh array per doc (each round's arrays kept until th
 kept by a caller) against one copy of the same bytes into memory already touched (what the
 placement costs without first touching new pages), and keeping each doc's layers (``set_annotations``,
 the "layers" store). The layers are random float32 of the original model's width (L+1 = 3, 2P =
-1,024). Placement runs first: the same placement took 45-220 ms on one machine depending on what
-the process had allocated and freed before (whether the allocator hands back pages already touched
-or maps fresh ones), so its figure is the cost in a process that has just loaded, not a constant.
+1,024). Placement runs first: its cost depends on what the process allocated and freed before
+(whether the allocator hands back pages already touched or maps fresh ones), so its figure is the
+cost in a process that has just loaded, not a constant.
 Writes bench/results/host-cpu.json and its section of BENCHMARKS.md, naming the CPU.
 """
 

@@ -25,7 +25,7 @@ P, H, E, FILTERS = 512, 4096, 16, ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256)
 # (rows, cols, depth, warps, stages[, piece]): see triton_ops.Tiles
 CANDIDATES = {
     "fp32": {
-        # the input projections are 127.7 of the GPU's 422.7 ms over 1,000 sentences (BENCHMARKS.md)
+        # the input projections: fp32's largest GPU time after the step kernels (BENCHMARKS.md's profile)
         "linear": [(128, 256, 16, 8, 2), (256, 128, 16, 8, 2), (128, 128, 32, 8, 2), (128, 128, 16, 8, 3)],
         "recurrent": [(16, 64, 8, 4, 1, 128), (16, 128, 4, 4, 1, 128), (16, 64, 4, 2, 1, 64), (8, 64, 4, 2, 1, 256)],
         "projection": [(16, 128, 4, 4, 1, 128), (16, 64, 8, 4, 1, 64), (16, 64, 4, 4, 1, 256), (8, 64, 4, 2, 1)],

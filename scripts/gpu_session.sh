@@ -50,7 +50,7 @@ stage() {  # stage NAME SECONDS COMMAND...: run it with a time limit, log to $OU
 
 full_size_pipeline() {
   python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_peer import converted_weights; from pathlib import Path; print(converted_weights(Path('$PEER')))" &&
-    python3 -m training.downstream.pipeline bench/out/peer-full-bilm "$PIPELINE" --lang en
+    python3 -m spacy_elmo pipeline bench/out/peer-full-bilm "$PIPELINE" --lang en
 }
 
 run_env() {

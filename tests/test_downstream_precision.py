@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 import spacy
 import typer
-from conftest import ROOT, run_report, with_this_checkout
+from conftest import run_report, with_this_checkout
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import tasks as task_commands
 from spacy_elmo.cli.tasks import pipeline as source_pipeline_command
 from spacy_elmo.pipeline.component import Elmo
+from spacy_elmo.tasks.shipped_configs import config_path
 from training.downstream import precision, report, tasks
 from training.downstream.pipeline import with_precision
 
-UPOS_ELMO = ROOT / "spacy_elmo" / "tasks" / "configs" / "upos-elmo.cfg"
+UPOS_ELMO = config_path("upos-elmo")
 
 
 def precisions_seen_in_training(monkeypatch, config_overrides, output: Path) -> set:

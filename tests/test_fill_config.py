@@ -4,14 +4,14 @@ from pathlib import Path
 
 import pytest
 import spacy
-from conftest import ROOT
 from spacy.cli.init_config import fill_config
 from spacy.training import Example
 from spacy.util import load_config
 
 from spacy_elmo.pipeline.task_mix import task_mixes
+from spacy_elmo.tasks.shipped_configs import config_names, config_path
 
-CONFIGS = sorted((ROOT / "spacy_elmo" / "tasks" / "configs").glob("*.cfg"))
+CONFIGS = [config_path(name) for name in config_names()]
 ELMO_CONFIGS = [path for path in CONFIGS if path.stem.endswith("-elmo")]
 TINY_SIZES = (3, 32)  # (L+1, 2P) of the tiny biLM
 TAGS = {"words": ["Dogs", "run", "fast", "."], "tags": ["NOUN", "VERB", "ADV", "PUNCT"]}
@@ -125,6 +125,5 @@ def test_debug_config_passes_on_every_shipped_config(tiny_elmo_pipeline, upos_co
         passed, output = debug_config(capsys, config, upos_corpus, tiny_elmo_pipeline)
         assert passed and "Config is valid" in output, output[-3000:]
     width = {"components.tagger.model.tok2vec.embed.mix.width": 256}
-    upos = CONFIGS[[path.stem for path in CONFIGS].index("upos-elmo")]
-    passed, output = debug_config(capsys, upos, upos_corpus, tiny_elmo_pipeline, **width)
+    passed, output = debug_config(capsys, config_path("upos-elmo"), upos_corpus, tiny_elmo_pipeline, **width)
     assert not passed and "has width=256 in its config, but the 'elmo' component before 'tagger'" in output

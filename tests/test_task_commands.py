@@ -75,3 +75,7 @@ def test_pipeline_saves_sentencizer_and_elmo_with_its_settings(tiny_weights, tmp
     assert spacy.load(output).get_pipe("elmo").settings.precision == "fp32"
     wrong = invoke("pipeline", tiny_weights, tmp_path / "other", "--precision", "fp8")
     assert wrong.exit_code == 2 and "fp8" in wrong.output, "a usage error that names the choices"
+    unreachable = "http://127.0.0.1:9/model.zip"  # refused before it is fetched: no download error
+    negative = invoke("pipeline", unreachable, tmp_path / "other", "--sentence-cache-tokens", -1)
+    assert negative.exit_code == 1 and "sentence_cache_tokens must be an integer >= 0" in negative.output
+    assert not (tmp_path / "other").exists()

@@ -16,8 +16,8 @@ from typing import Optional
 from spacy.language import Language
 
 from ..files import atomic_directory
-from ..kernels.precision import check_precision
 from ..pipeline.assembly import assemble_pipeline
+from ..pipeline.settings import ElmoSettings
 
 SENTENCE_CACHE_TOKENS = 500_000  # tokens of layers kept: UD English-EWT's training set has 204,577 words
 
@@ -33,10 +33,9 @@ def save_source_pipeline(
     """blank(lang) + sentencizer + elmo reading ``weights`` (a biLM directory, an original release
     folder, a catalogue name or a URL), saved to ``output`` atomically; an existing ``output`` is
     replaced only with ``overwrite``."""
-    check_precision(precision)
-    if sentence_cache_tokens < 0:
-        raise ValueError(f"The sentence cache holds 0 tokens or more, got {sentence_cache_tokens}.")
-    elmo_config = {"sentence_cache_tokens": sentence_cache_tokens, "precision": precision}
+    # the component's own checks, made before the weights are fetched
+    settings = ElmoSettings(sentence_cache_tokens=sentence_cache_tokens, precision=precision)
+    elmo_config = {"sentence_cache_tokens": settings.sentence_cache_tokens, "precision": settings.precision}
     nlp = assemble_pipeline(weights, lang, name="elmo_source", elmo_config=elmo_config)
     with atomic_directory(output, replace=overwrite) as temporary:
         nlp.to_disk(temporary)

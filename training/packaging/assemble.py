@@ -8,7 +8,8 @@ With ``--centering-corpus`` the elmo component estimates the common direction of
 the first sentences of that corpus and its vector hooks remove it (``center_vectors``;
 spacy_elmo.pipeline.centering): token.vector and .similarity then compare centred vectors.
 
-training.downstream.pipeline assembles the pipeline its task models train with here too.
+The pipeline the task models train with (``python -m spacy_elmo pipeline``) is assembled by the same
+``spacy_elmo.pipeline.assembly.assemble_pipeline``.
 """
 
 from __future__ import annotations
