@@ -79,7 +79,7 @@ def worker(spec: dict) -> dict:
     if spec["cache"]:
         with torch.inference_mode():
             for start in range(0, len(warm_words), 2048):
-                bilm.token_cache.lookup(warm_words[start : start + 2048], bilm.char_encoder, lambda s: _encode(bilm, s))
+                bilm.token_cache.lookup(warm_words[start : start + 2048], bilm.char_encoder, bilm.represent_tokens)
     warm_cache = copy.deepcopy(bilm.token_cache)  # every run starts from this state
     if spec["path"] == "naive":
         char_ids = torch.from_numpy(encode_sentences(sentences)).long().to(device)
@@ -89,7 +89,7 @@ def worker(spec: dict) -> dict:
         bilm.lstm_path = spec["path"]
         flat = [t for s in sentences for t in (BOS_TOKEN, *s, EOS_TOKEN)]
         run = lambda: embed_sentences(bilm, sentences, max_batch_tokens=10**9)  # noqa: E731
-        char_stage = lambda: bilm.token_cache.lookup(flat, bilm.char_encoder, lambda s: _encode(bilm, s))  # noqa: E731
+        char_stage = lambda: bilm.token_cache.lookup(flat, bilm.char_encoder, bilm.represent_tokens)  # noqa: E731
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec["dtype"] == "bf16")
     baseline_rss = _rss_mb()
     if device.type == "cuda":
@@ -132,14 +132,6 @@ def _timed(function, bilm, warm_cache, repeats: int, device) -> list:
         _sync(device)
         times.append(time.perf_counter() - start)
     return times[1:]
-
-
-def _encode(bilm, strings):
-    import torch
-
-    from spacy_elmo.network.chars import encode_tokens
-
-    return bilm.token_representations(torch.from_numpy(encode_tokens(strings)).long().to(bilm.device))
 
 
 def _checksum(result, sentences) -> float:

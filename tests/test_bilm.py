@@ -226,6 +226,23 @@ def test_token_blocks_of_any_size_give_the_same_bits_where_rows_do_not_depend_on
     assert torch.equal(one_block, many_blocks)
 
 
+def test_characters_cut_on_the_host_give_the_bits_of_the_whole_ids(seeded):
+    """``represent_tokens`` cuts the characters after the longest token before they reach the device
+    (on a GPU, cutting them there waits for it); the pad windows cut off still count, in every block."""
+    bilm = random_bilm()
+    bilm.token_cache.capacity = 0
+    bilm.blocking = Blocking(token_block=32, token_block_any_rows=32)
+    short = sorted({token for sentence in corpus_like_sentences(20, seed=3) for token in sentence})[:40]
+    width = bilm.config.max_characters_per_token
+    for tokens, cut in ((short, True), ([*short, "x" * 80], False)):
+        chars, _ = bilm.indexer.encode(tokens)
+        cut_ids, was_cut = bilm.char_encoder.cut_characters(chars)
+        assert was_cut is cut and (cut_ids.shape[1] < width) is cut
+        with torch.no_grad():
+            whole = bilm.token_representations(*bilm.encode_tokens(tokens))
+        assert torch.equal(bilm.represent_tokens(tokens), whole)
+
+
 def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
     from spacy_elmo.kernels import onednn
 

@@ -176,6 +176,32 @@ def test_a_thread_other_than_the_one_that_chose_the_gpu_gets_the_same_layers(tin
     assert len(there) == 1 and np.array_equal(there[0], here)
 
 
+@pytest.mark.parametrize("token_cache", ["kept", "none"])
+def test_a_warm_call_queues_its_batches_without_waiting_for_the_gpu(tiny_weights, on_gpu, token_cache):
+    """Nothing in a call waits for the GPU but the copies back (CUDA events, which torch's sync debug
+    mode does not count), so the host prepares batch k+1 while the GPU runs batch k: no pageable
+    upload, no value read back (``.item()``, ``nonzero``), in the char encoder (with no token cache,
+    every token is encoded) or in the stacks. Then the layers are those of the same call on the CPU."""
+    import spacy
+
+    nlp = make_nlp(tiny_weights, max_batch_tokens=64)
+    if token_cache == "none":
+        nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
+    docs = [nlp(" ".join(sentence) + " " + TEXT) for sentence in _corpus_sentences(40)]
+    elmo = nlp.get_pipe("elmo")
+    for _ in range(3):  # compiled, then captured as graphs
+        elmo.predict(docs)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        layers = elmo.predict(docs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    spacy.require_cpu()
+    on_cpu = make_nlp(tiny_weights, max_batch_tokens=64).get_pipe("elmo").predict(docs)
+    for gpu_layers, cpu_layers in zip(layers, on_cpu):
+        np.testing.assert_allclose(gpu_layers, cpu_layers, rtol=0, atol=1e-5)
+
+
 def test_original_parity_on_gpu(fixture_bilm, fixture_sentences, fixture_dir):
     import h5py
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -37,6 +38,7 @@ from .gpu_graphs import CallGraphs
 from .lstm_layer import LayerState, LstmLayer, LstmState
 from .lstm_paths import LayerRunner, inference_runner, training_runner
 from .token_cache import TokenCache
+from .uploads import upload
 
 
 class LMHead(nn.Module):
@@ -149,14 +151,25 @@ class BiLM(nn.Module):
         bos, eos = self.indexer.bos_token, self.indexer.eos_token
         strings = [bos, "the", eos, bos, "the", "end", eos]
         with torch.inference_mode():
-            tokens = self.token_representations(*self.encode_tokens(strings))
-            self.contextualize(tokens, [3, 4])
+            self.contextualize(self.represent_tokens(strings), [3, 4])
 
     def encode_tokens(self, tokens: Sequence[str]) -> Tuple[Tensor, Optional[Tensor]]:
         """N token strings -> (char ids (N, C), word ids (N,) or None), long, on the bilm's device."""
         chars, words = self.indexer.encode(tokens)
-        word_ids = torch.from_numpy(words).to(self.device) if words is not None else None
-        return torch.from_numpy(chars).to(self.device, torch.long), word_ids
+        return self._on_device(torch.from_numpy(chars), words)
+
+    def represent_tokens(self, tokens: Sequence[str]) -> Tensor:
+        """Inference: N token strings -> (N, P), as ``token_representations(*encode_tokens(tokens))``
+        with the characters cut on the host: nothing in it waits for a GPU."""
+        chars, words = self.indexer.encode(tokens)
+        cut_chars, cut = self.char_encoder.cut_characters(chars)
+        char_ids, word_ids = self._on_device(torch.from_numpy(cut_chars), words)
+        return self.token_representations(char_ids, word_ids, cut=cut)
+
+    def _on_device(self, chars: Tensor, words: Optional[np.ndarray]) -> Tuple[Tensor, Optional[Tensor]]:
+        """Char ids (N, C) and word ids (N,) or None from the host, long, on the bilm's device."""
+        word_ids = upload(torch.from_numpy(words), self.device) if words is not None else None
+        return upload(chars, self.device, torch.long), word_ids
 
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
         """Inference on a padded batch: char_ids (B, T, C), 0 at padding positions (a sentence's
@@ -184,11 +197,14 @@ class BiLM(nn.Module):
         padded[:, mask] = layers
         return BiLMOutput(layers=padded, mask=mask)
 
-    def token_representations(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
+    def token_representations(
+        self, char_ids: Tensor, word_ids: Optional[Tensor] = None, cut: Optional[bool] = None
+    ) -> Tensor:
         """Inference: char_ids (N, C), word_ids (N,) or None -> (N, P), each token's row bitwise
-        independent of the others (the differentiable path is ``char_encoder(...)``)."""
+        independent of the others (the differentiable path is ``char_encoder(...)``). ``cut``: see
+        ``CharEncoder.forward_invariant``."""
         with torch.no_grad(), ieee_fp32(char_ids.device):
-            return self.char_encoder.forward_invariant(char_ids, self.kernels_for_run(), word_ids)
+            return self.char_encoder.forward_invariant(char_ids, self.kernels_for_run(), word_ids, cut)
 
     def contextualize(
         self,

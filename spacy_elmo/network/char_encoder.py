@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, List, Optional, Protocol, Tuple, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -94,15 +95,20 @@ class CharEncoder(nn.Module):
         return self.projection(x)
 
     @torch.no_grad()
-    def forward_invariant(self, char_ids: Tensor, kernels: Kernels, word_ids: Optional[Tensor] = None) -> Tensor:
+    def forward_invariant(
+        self, char_ids: Tensor, kernels: Kernels, word_ids: Optional[Tensor] = None, cut: Optional[bool] = None
+    ) -> Tensor:
         """Batch-invariant path: a token's representation is bitwise independent of the others.
         Tokens run in blocks of ``kernels.token_blocks()``: on fixed shapes each block padded
         whole; where matmul rows do not depend on the row count, the last padded only to a
         multiple of 32 tokens (whole SIMD blocks for the elementwise functions).
-        char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        char_ids (N, C), word_ids (N,) or None -> (N, P). ``cut``: None where ``char_ids`` are
+        whole (the characters are cut here: on a GPU, a wait for it), else what ``cut_characters``
+        said of the ids it returned."""
         self._check_word_ids(word_ids)
         if kernels.gpu is not None:
-            return self._forward_gpu(char_ids, word_ids, kernels.gpu)
+            ids, was_cut = self._trim(char_ids) if cut is None else (char_ids, cut)
+            return self._forward_gpu(ids, was_cut, word_ids, kernels.gpu)
         block, pad_to = kernels.token_blocks()
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
@@ -114,14 +120,14 @@ class CharEncoder(nn.Module):
             if missing:
                 ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
                 words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
-            encoded = self._encode_block(ids, words, pad_windows, kernels)
+            encoded = self._encode_block(ids, words, pad_windows, kernels, bool(cut))
             out[start : start + block] = encoded[: n_tokens - start]
         return out
 
-    def _forward_gpu(self, char_ids: Tensor, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
+    def _forward_gpu(self, ids: Tensor, trimmed: bool, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
         """``forward_invariant`` through the Triton kernels, every token in one call at its own
-        size (a token's rows do not depend on the others'). char_ids (N, C) -> (N, P)."""
-        ids, trimmed = self._trim(char_ids)
+        size (a token's rows do not depend on the others'). ids (N, C') cut after the longest
+        token (``trimmed``: whether any column was cut) -> (N, P)."""
         convs = list(self._conv_layers())
         weights, widths = ops.conv_weights([conv.weight for conv in convs])
         best = ops.conv_max(self.embedding(ids), weights, widths)
@@ -140,12 +146,13 @@ class CharEncoder(nn.Module):
         return ops.linear(x, self.projection.weight, self.projection.bias)
 
     def _encode_block(
-        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels
+        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels, cut: bool
     ) -> Tensor:
-        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
-        projection GEMMs take the whole block (a fixed shape already); the convolution windows go
-        in ``blocking.gemm_rows`` chunks."""
+        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P) (``cut``: columns
+        were cut off before). The highway and projection GEMMs take the whole block (a fixed shape
+        already); the convolution windows go in ``blocking.gemm_rows`` chunks."""
         ids, trimmed = self._trim(char_ids)
+        trimmed = trimmed or cut
         chars = self.embedding(ids)  # (n, C', E)
         n_tokens = chars.shape[0]
         features = []
@@ -186,15 +193,27 @@ class CharEncoder(nn.Module):
                 "beside the char ids: get both from bilm.encode_tokens(strings)."
             )
 
+    def cut_characters(self, char_ids: np.ndarray) -> Tuple[np.ndarray, bool]:
+        """Char ids (N, C) on the host cut as ``forward_invariant`` would cut them on the device
+        (in NumPy: no wait for a GPU, no thread pool woken for a small array): (ids (N, C'),
+        whether any column was cut), to pass on as its ``cut``."""
+        real = (char_ids != self.pad_id) & (char_ids != 0)
+        used = np.flatnonzero(real.any(axis=0))
+        keep = self._kept_columns(int(used[-1]) + 1 if used.size else 0, char_ids.shape[1])
+        return np.ascontiguousarray(char_ids[:, :keep]), keep < char_ids.shape[1]
+
     def _trim(self, char_ids: Tensor) -> Tuple[Tensor, bool]:
-        """Cut the character axis after the longest token plus (widest filter - 1) pads, so that
-        every window touching a real character is kept. Returns (ids (N, C'), whether cut)."""
-        n_chars = char_ids.shape[1]
+        """Cut the character axis as ``_kept_columns`` says. Returns (ids (N, C'), whether cut)."""
         real = (char_ids != self.pad_id) & (char_ids != 0)
         longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0
+        keep = self._kept_columns(longest, char_ids.shape[1])
+        return char_ids[:, :keep], keep < char_ids.shape[1]
+
+    def _kept_columns(self, longest: int, n_chars: int) -> int:
+        """Of ``n_chars`` columns, those up to the longest token's last character (``longest``
+        columns) plus (widest filter - 1) pads: every window touching a real character."""
         widest = max(width for width, _ in self.config.filters)
-        keep = min(n_chars, max(longest + widest - 1, widest))
-        return char_ids[:, :keep], keep < n_chars
+        return min(n_chars, max(longest + widest - 1, widest))
 
     def _pad_windows(self, kernels: Optional[Kernels] = None) -> List[Tensor]:
         """Each convolution's scores (without bias) on a window of padding characters only;

@@ -24,6 +24,7 @@ from torch import Tensor
 from ..kernels.triton_ops import LayerPair, Starts, StepTables, TritonOps
 from .lanes import LanePlan
 from .lstm_layer import LayerState, LstmLayer, LstmState
+from .uploads import upload
 
 MOST_LANES = 1024  # a call's lanes: beyond this, more sentences make longer lanes, not more
 
@@ -80,7 +81,7 @@ class Schedule:
 
     def on(self, device: torch.device) -> Tensor:
         """The tables copied to ``device`` (through pinned memory on a GPU)."""
-        return self.host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else self.host.to(device)
+        return upload(self.host, device)
 
     def tables(self, flat: Tensor) -> StepTables:
         """Views of ``flat`` (``host`` as copied to the device) as ``StepTables``."""

@@ -69,7 +69,7 @@ def contextual_layers(bilm: BiLM, sentences: Sequence[Sequence[str]], stateful: 
     bos, eos = bilm.indexer.bos_token, bilm.indexer.eos_token
     flat = [token for sentence in sentences for token in (bos, *sentence, eos)]
     lengths = [len(sentence) + 2 for sentence in sentences]
-    tokens = bilm.token_cache.lookup(flat, bilm.char_encoder, lambda strings: _encode(bilm, strings))
+    tokens = bilm.token_cache.lookup(flat, bilm.char_encoder, bilm.represent_tokens)
     start = _carried_state(bilm, len(sentences)) if stateful else None
     layers, final = bilm.contextualize(tokens, lengths, initial_state=start)
     if stateful:
@@ -91,10 +91,6 @@ def split_sentences(layers: Any, lengths: Sequence[int]) -> List[Any]:
 def _embed_batch(bilm: BiLM, sentences: Sequence[Sequence[str]], stateful: bool) -> List[np.ndarray]:
     host = contextual_layers(bilm, sentences, stateful).float().cpu().numpy()
     return [np.ascontiguousarray(part) for part in split_sentences(host, [len(s) for s in sentences])]
-
-
-def _encode(bilm: BiLM, strings: List[str]) -> torch.Tensor:
-    return bilm.token_representations(*bilm.encode_tokens(strings))
 
 
 def _carried_state(bilm: BiLM, rows: int) -> LstmState:

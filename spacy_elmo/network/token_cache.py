@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from .uploads import index_tensor
+
 
 class TokenCache:
     """Up to ``capacity`` token representations and at most ``max_bytes`` of them; ``capacity=0``
@@ -100,7 +102,7 @@ class TokenCache:
         parts = [rows for rows in (known_rows, fresh) if rows is not None]
         table = parts[0] if len(parts) == 1 else torch.cat(parts)
         position = {token: i for i, token in enumerate(known + missing)}
-        return table[torch.tensor([position[t] for t in tokens], device=table.device, dtype=torch.long)]
+        return table[index_tensor([position[t] for t in tokens], table.device)]
 
     def _rows_of(self, known: List[str]) -> Tensor | None:
         """The rows of tokens in the cache (a copy), marked most recently used; None for none."""
@@ -109,13 +111,13 @@ class TokenCache:
         assert self._rows is not None  # a token in _slots has its row in _rows
         for token in known:
             self._slots.move_to_end(token)
-        return self._rows[torch.tensor([self._slots[t] for t in known], device=self._rows.device)]
+        return self._rows[index_tensor([self._slots[t] for t in known], self._rows.device)]
 
     def _store(self, tokens: List[str], rows: Tensor, keep: set) -> None:
         self._reserve(rows)
         assert self._rows is not None  # _reserve allocates it
         free = self._free_slots(len(tokens), keep)
-        self._rows[torch.tensor(free, device=rows.device)] = rows
+        self._rows[index_tensor(free, rows.device)] = rows
         for token, slot in zip(tokens, free):
             self._slots[token] = slot
 
@@ -163,4 +165,4 @@ def encode_distinct(tokens: Sequence[str], encode: Callable[[List[str]], Tensor]
         return encode(list(tokens))
     rows = encode(unique)
     position = {token: i for i, token in enumerate(unique)}
-    return rows[torch.tensor([position[token] for token in tokens], device=rows.device, dtype=torch.long)]
+    return rows[index_tensor([position[token] for token in tokens], rows.device)]

@@ -42,17 +42,18 @@ def doc_layers(
             missing.append(index)
         else:
             _place(outputs, segments[index], cached)
-    # On a GPU the batch's kernels run while the host places the previous batch's layers (two batches
-    # in pinned memory at a time); on a CPU the same order, one after the other.
-    finished: Optional[Tuple[List[int], List[np.ndarray]]] = None
+    # On a GPU nothing in a batch's call waits for the GPU: the host queues batch k's kernels and its
+    # copy back, then places batch k-1's layers while the GPU runs batch k (two batches in pinned
+    # memory at a time). On a CPU the same order, one after the other.
+    previous: Optional[Tuple[List[int], HostCopy]] = None
     for batch in batches_by_length([words[i] for i in missing], max_batch_tokens):
         sentences = [missing[i] for i in batch]
-        on_device = model.predict([list(words[i]) for i in sentences])
-        if finished is not None:
-            _store(outputs, cache, words, segments, *finished)
-        finished = (sentences, _to_host(model, on_device))
-    if finished is not None:
-        _store(outputs, cache, words, segments, *finished)
+        copy = HostCopy.start(model, model.predict([list(words[i]) for i in sentences]))
+        if previous is not None:
+            _store(outputs, cache, words, segments, previous[0], previous[1].wait())
+        previous = (sentences, copy)
+    if previous is not None:
+        _store(outputs, cache, words, segments, previous[0], previous[1].wait())
     return outputs
 
 
@@ -119,17 +120,39 @@ def _is_run(indices: np.ndarray) -> bool:
     return bool(len(indices)) and indices[-1] - indices[0] + 1 == len(indices)
 
 
-def _to_host(model: Model, layers: List[Any]) -> List[np.ndarray]:
-    """Per-sentence arrays as numpy, with one device-to-host copy for the whole batch: from a CUDA
-    GPU into pinned (page-locked) memory from cupy's pool, several times faster than into pageable
-    memory. The arrays are views of that copy; the caller copies them out (``_place``, the cache)."""
-    if isinstance(model.ops, NumpyOps) or not layers:
-        return layers
-    device = model.ops.xp.concatenate(layers, axis=1)
-    if isinstance(model.ops, CupyOps):
-        import cupyx
+class HostCopy:
+    """A batch's per-sentence layers on their way to the host. On a CUDA GPU one copy of the whole
+    batch into pinned (page-locked) memory, queued behind the batch's kernels (from pinned memory,
+    several times faster than into pageable memory, and the host need not wait for it); ``wait``
+    returns the per-sentence arrays (views of that copy: the caller copies them out, ``_place`` and
+    the cache). On a CPU the arrays themselves."""
 
-        host = device.get(out=cupyx.empty_pinned(device.shape, dtype=device.dtype))
-    else:
-        host = model.ops.to_numpy(device)
-    return np.split(host, np.cumsum([part.shape[1] for part in layers])[:-1], axis=1)
+    def __init__(self, layers: List[np.ndarray], done: Any = None, keep: Any = None) -> None:
+        self._layers = layers
+        self._done = done  # the CUDA event recorded after the copy; None where nothing is in flight
+        self._keep = keep  # the device array being copied, alive until the copy has run
+
+    @classmethod
+    def start(cls, model: Model, layers: List[Any]) -> "HostCopy":
+        """Queue the copy of ``layers`` (one (L+1, T_i, 2P) array per sentence, as ``model.predict``
+        returns them) to the host."""
+        if isinstance(model.ops, NumpyOps) or not layers:
+            return cls(layers)
+        if not isinstance(model.ops, CupyOps):
+            return cls([model.ops.to_numpy(part) for part in layers])
+        import torch
+
+        device = torch.from_dlpack(model.ops.xp.concatenate(layers, axis=1))
+        host = torch.empty(device.shape, dtype=device.dtype, pin_memory=True)
+        host.copy_(device, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        parts = np.split(host.numpy(), np.cumsum([part.shape[1] for part in layers])[:-1], axis=1)
+        return cls(parts, done, device)
+
+    def wait(self) -> List[np.ndarray]:
+        """The per-sentence arrays, once the copy has run."""
+        if self._done is not None:
+            self._done.synchronize()
+            self._done = self._keep = None
+        return self._layers

@@ -1,0 +1,29 @@
+"""Host-to-GPU copies that do not wait for the GPU.
+
+A copy from pageable host memory to a CUDA device waits until the GPU has finished the work queued
+before it: each of a call's uploads (char ids, token-cache indices, step tables) would hold the host
+until the previous batch's kernels were done, and the host could not prepare the next batch while
+the GPU runs this one. From page-locked (pinned) memory the copy is queued on the stream like a
+kernel and the host goes on. torch's pinned-memory allocator keeps the block until the copy has run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+
+def upload(host: Tensor, device: torch.device, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``host`` (a CPU tensor) on ``device``, as ``dtype`` where given (converted there: fewer bytes
+    cross); to a CUDA GPU through pinned memory, queued on the current stream without waiting."""
+    if device.type != "cuda":
+        return host.to(device, dtype or host.dtype)
+    on_device = host.pin_memory().to(device, non_blocking=True)
+    return on_device if dtype is None else on_device.to(dtype)
+
+
+def index_tensor(positions: list, device: torch.device) -> Tensor:
+    """Row positions (a list of ints) as a long tensor on ``device``, uploaded without waiting."""
+    return upload(torch.tensor(positions, dtype=torch.long), device)
