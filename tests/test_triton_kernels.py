@@ -161,6 +161,28 @@ def test_a_sentences_lstm_layers_are_the_same_bits_alone_and_in_a_batch():
     assert torch.equal(alone, together[:, 3:7])
 
 
+def test_programs_narrowed_for_few_lanes_change_no_bit():
+    """fp32's step kernels sum each element in one order whatever the rows of a program: a call of
+    few lanes in programs of fewer rows (``Tiles.narrow``) gets the same bits."""
+    torch.manual_seed(0)
+    bilm = micro_bilm()
+    wide = small_ops()
+    projection = dataclasses.replace(wide.tiles.projection, narrow=(4, 1))
+    narrow = TritonOps("fp32", dataclasses.replace(wide.tiles, projection=projection))
+    lengths = [3, 4, 3, 2]
+    tokens = torch.randn(sum(lengths), bilm.config.projection_dim)
+    schedule = Schedule.build(lengths)
+    assert schedule.lanes <= 4 and wide.program_shape(wide.tiles.projection, schedule.lanes)[0] > 1
+    assert narrow.program_shape(projection, schedule.lanes)[0] == 1
+    assert narrow.program_shape(projection, 5) == wide.program_shape(wide.tiles.projection, 5)
+    layers = []
+    for ops in (wide, narrow):
+        stacks = Stacks.of(ops, list(bilm.forward_layers), list(bilm.backward_layers), True)
+        with torch.no_grad():
+            layers.append(run_stacks(ops, stacks, tokens, schedule.tables(schedule.host))[0])
+    assert torch.equal(layers[0], layers[1])
+
+
 def test_bf16_through_the_kernels_stays_within_bf16s_error():
     torch.manual_seed(0)
     bilm = micro_bilm(n_layers=1)

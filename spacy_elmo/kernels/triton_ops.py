@@ -26,7 +26,9 @@ from .weight_copies import derived_copy
 class Tiles:
     """One kernel's tile shape: rows, columns and K per program (a ``tl.dot``'s K, or the fp32
     step kernels' unrolled multiply-adds), warps, pipeline stages; ``piece``: the length of each
-    separately summed piece of a step matmul's K (``triton_kernels.step_pieces_kernel``)."""
+    separately summed piece of a step matmul's K (``triton_kernels.step_pieces_kernel``);
+    ``narrow``: (lanes, rows), where an fp32 step kernel's call of at most that many lanes runs
+    programs of at most that many rows (more programs where a few lanes would leave SMs idle)."""
 
     rows: int
     cols: int
@@ -34,6 +36,7 @@ class Tiles:
     warps: int = 4
     stages: int = 2
     piece: int = 128
+    narrow: Optional[Tuple[int, int]] = None
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,14 @@ class KernelTiles:
 
 # linear, conv and bf16's step kernels: the fastest of those bench/bench_triton_tiles.py tried on an
 # H100; fp32's step kernels: the fastest at 128 and 512 lanes of those bench/bench_fp32_steps.py tried
-# on an H100, all giving the same bits (one lane runs one row whatever ``rows`` says; BENCHMARKS.md).
+# on an H100, and for the projection at 32 lanes, all giving the same bits (one lane runs one row
+# whatever ``rows`` says; BENCHMARKS.md).
 TILES = {
     "fp32": KernelTiles(
         linear=Tiles(128, 128, 16, warps=8, stages=2),
         conv=Tiles(32, 128, 16, warps=4, stages=2),
         cell=Tiles(16, 64, 1, warps=2, stages=1),
-        projection=Tiles(32, 64, 4, warps=1, stages=1, piece=128),
+        projection=Tiles(32, 64, 4, warps=1, stages=1, piece=128, narrow=(32, 8)),
         recurrent=Tiles(32, 64, 4, warps=1, stages=1, piece=128),
     ),
     "bf16": KernelTiles(
@@ -275,12 +279,13 @@ class TritonOps:
     def program_shape(self, tiles: Tiles, lanes: int) -> Tuple[int, int]:
         """A step kernel's lanes per program and K per loop step for ``lanes`` lanes: fixed for
         bf16's ``tl.dot``; in fp32 (multiply-add chains, the same arithmetic for any count and any
-        unrolling) ``lanes_per_program``, with more steps unrolled where there are fewer lanes, so
-        that one sentence keeps as many loads in flight as a batch (its weights come from memory
-        at every step)."""
+        unrolling) ``lanes_per_program`` of the tiles' rows (``narrow``'s for few lanes), with more
+        steps unrolled where there are fewer lanes, so that one sentence keeps as many loads in
+        flight as a batch (its weights come from memory at every step)."""
         if self.precision == "bf16":
             return tiles.rows, tiles.depth
-        rows = lanes_per_program(tiles.rows, lanes)
+        most = tiles.narrow[1] if tiles.narrow is not None and lanes <= tiles.narrow[0] else tiles.rows
+        rows = lanes_per_program(most, lanes)
         return rows, min(max(tiles.depth, self.tiles.unrolled // rows), tiles.piece)
 
     def lstm_step(
