@@ -9,7 +9,7 @@ kernel and the host goes on. torch's pinned-memory allocator keeps the block unt
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -24,6 +24,6 @@ def upload(host: Tensor, device: torch.device, dtype: Optional[torch.dtype] = No
     return on_device if dtype is None else on_device.to(dtype)
 
 
-def index_tensor(positions: list, device: torch.device) -> Tensor:
-    """Row positions (a list of ints) as a long tensor on ``device``, uploaded without waiting."""
-    return upload(torch.tensor(positions, dtype=torch.long), device)
+def index_tensor(positions: Sequence[int], device: torch.device) -> Tensor:
+    """Row positions as a long tensor on ``device``, uploaded without waiting."""
+    return upload(torch.tensor(list(positions), dtype=torch.long), device)
