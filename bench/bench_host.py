@@ -5,15 +5,20 @@ waits for when the host is slower than its kernels (bf16 on an H100, BENCHMARKS.
     python bench/bench_host.py --sentences 64
 
 Each step on the workload's docs (``Doc(words=...)``, as bench_gpu.py makes them), the fastest and
-the median of ``--rounds`` runs, in ms: cutting docs into sentences, the token strings the biLM reads (as the
-package reads them, and through the doc one token at a time as it read them before 2026-11-27), the
-char ids of the distinct tokens, the GPU's lane schedule (host tables, built on any machine),
-placing the layers into a fresh array per doc (each round's arrays kept until the next, as docs
-kept by a caller) against one copy of the same bytes into memory already touched (what the
-placement costs without first touching new pages), writing once to each page of fresh arrays (what
-the host could do while it waits for a GPU) and that followed by the placement, and keeping each
-doc's layers (``set_annotations``,
-the "layers" store). The layers are random float32 of the original model's width (L+1 = 3, 2P =
+the median of ``--rounds`` runs, in ms:
+- cutting docs into sentences;
+- the token strings the biLM reads (as the package reads them, and through the doc one token at a
+  time as it read them before 2026-11-27);
+- the char ids of the distinct tokens, and cutting their character axis after the longest token (in
+  NumPy as the component does, and the same in torch on the CPU, as the code the H200 profile ran did);
+- the GPU's lane schedule (host tables, built on any machine);
+- placing the layers into a fresh array per doc (each round's arrays kept until the next, as docs
+  kept by a caller) against one copy of the same bytes into memory already touched, writing once to
+  each page of fresh arrays (what the host could do while it waits for a GPU) and that followed by
+  the placement;
+- keeping each doc's layers (``set_annotations``, the "layers" store).
+
+The layers are random float32 of the original model's width (L+1 = 3, 2P =
 1,024). A placement's cost depends on what the process allocated and freed before (whether the
 allocator hands back pages already touched or maps fresh ones): the steps run in turn, a round at
 a time, so the placements see a heap in use, as in a process that has embedded for a while.
@@ -53,9 +58,12 @@ def timed_ms(steps: Dict[str, Callable[[], object]], rounds: int) -> Dict[str, D
 def steps(sentences: list) -> Dict[str, Callable[[], object]]:
     """Each measured step as a function of nothing, over docs of ``sentences``."""
     import spacy
+    import torch
     from spacy.tokens import Doc
 
+    from spacy_elmo.network.char_encoder import CharEncoder
     from spacy_elmo.network.chars import TokenIndexer
+    from spacy_elmo.network.config import BiLMConfig
     from spacy_elmo.network.gpu_stacks import Schedule
     from spacy_elmo.pipeline import sentence_runs
     from spacy_elmo.pipeline.mix_settings import MixSettings
@@ -69,8 +77,33 @@ def steps(sentences: list) -> Dict[str, Callable[[], object]]:
     words = sentence_runs.segment_words(docs, segments, text)
     distinct = list(dict.fromkeys(token for sentence in words for token in ("<S>", *sentence, "</S>")))
     indexer = TokenIndexer()
+    chars = indexer.encode(distinct)[0]
+    encoder = CharEncoder(BiLMConfig.preset("small"))  # the original model's filters, widest 7
     rng = np.random.default_rng(0)
     layers = [rng.standard_normal((SHAPE[0], len(sentence), SHAPE[1]), dtype=np.float32) for sentence in words]
+    storage, mix = Storage(), MixSettings.average(SHAPE[0])
+    return {
+        **placements(docs, segments, layers),
+        "cut docs into sentences": lambda: [cut(position, doc, 4096) for position, doc in enumerate(docs)],
+        "token strings (each doc's once)": lambda: sentence_runs.segment_words(docs, segments, text),
+        "token strings (per token through the doc, before)": lambda: [
+            tuple(text(docs[position][int(i)]) for i in indices) for position, indices in segments
+        ],
+        "char ids of the distinct tokens": lambda: indexer.encode(distinct),
+        "cut their characters (NumPy, as the component does)": lambda: encoder.cut_characters(chars),
+        "cut their characters (the same in torch, on the CPU)": lambda: encoder._trim(torch.from_numpy(chars)),
+        "lane schedule (GPU, host tables)": lambda: Schedule.build([len(s) + 2 for s in words]),
+        "keep each doc's layers (set_annotations)": lambda: [
+            storage.keep(doc, layers[i], mix, with_tensor=False) for i, doc in enumerate(docs)
+        ],
+    }
+
+
+def placements(docs: list, segments: list, layers: list) -> Dict[str, Callable[[], object]]:
+    """The placement steps: the layers (one array per segment) into fresh per-doc arrays, with and
+    without first writing once to each of their pages, against one copy of the same bytes."""
+    from spacy_elmo.pipeline import sentence_runs
+
     packed = np.concatenate(layers, axis=1)
     touched = np.empty_like(packed)
     kept: list = []
@@ -89,22 +122,11 @@ def steps(sentences: list) -> Dict[str, Callable[[], object]]:
             array.reshape(-1).view(np.uint32)[:: PAGE_BYTES // 4] |= 0
         return outputs
 
-    storage, mix = Storage(), MixSettings.average(SHAPE[0])
     return {
         "place layers into fresh arrays per doc": lambda: place(fresh_outputs()),
         "one copy of the same bytes into touched memory": lambda: np.copyto(touched, packed),
         "touch each page of fresh arrays per doc": lambda: touch(fresh_outputs()),
         "touch each page of fresh arrays, then place": lambda: place(touch(fresh_outputs())),
-        "cut docs into sentences": lambda: [cut(position, doc, 4096) for position, doc in enumerate(docs)],
-        "token strings (each doc's once)": lambda: sentence_runs.segment_words(docs, segments, text),
-        "token strings (per token through the doc, before)": lambda: [
-            tuple(text(docs[position][int(i)]) for i in indices) for position, indices in segments
-        ],
-        "char ids of the distinct tokens": lambda: indexer.encode(distinct),
-        "lane schedule (GPU, host tables)": lambda: Schedule.build([len(s) + 2 for s in words]),
-        "keep each doc's layers (set_annotations)": lambda: [
-            storage.keep(doc, layers[i], mix, with_tensor=False) for i, doc in enumerate(docs)
-        ],
     }
 
 

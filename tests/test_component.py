@@ -342,3 +342,35 @@ def test_sentence_cache_follows_the_precision(tiny_weights):
     reduced = nlp(text)._.elmo_data
     assert np.array_equal(reduced, make_nlp(tiny_weights, precision="int8")(text)._.elmo_data)
     assert not np.array_equal(reduced, exact), "int8 layers, not the fp32 ones cached before"
+
+
+def test_each_batch_is_queued_before_the_one_before_is_waited_for(tiny_weights, monkeypatch):
+    """What lets the host prepare batch k+1 while a GPU runs batch k: the component starts a batch
+    (its kernels and its copy back) before it waits for the previous one's layers, and waits for
+    every batch once. On a CPU the same order, with nothing in flight."""
+    from spacy_elmo.pipeline.sentence_runs import HostCopy
+
+    log = []
+    start, wait = HostCopy.start.__func__, HostCopy.wait
+
+    def logged_start(cls, model, layers):
+        copy = start(cls, model, layers)
+        copy.number = sum(event == "start" for event, _ in log)
+        log.append(("start", copy.number))
+        return copy
+
+    def logged_wait(self):
+        log.append(("wait", self.number))
+        return wait(self)
+
+    monkeypatch.setattr(HostCopy, "start", classmethod(logged_start))
+    monkeypatch.setattr(HostCopy, "wait", logged_wait)
+    nlp = make_nlp(tiny_weights, max_batch_tokens=10)
+    docs = list(
+        nlp.pipe(["The cat sat on the mat. It purred.", "Dogs bark at night. Birds sing at dawn."], disable=["elmo"])
+    )
+    nlp.get_pipe("elmo").predict(docs)
+    batches = sum(event == "start" for event, _ in log)
+    assert batches >= 3
+    queued = [event for k in range(1, batches) for event in (("start", k), ("wait", k - 1))]
+    assert log == [("start", 0), *queued, ("wait", batches - 1)]

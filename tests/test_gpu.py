@@ -179,9 +179,10 @@ def test_a_thread_other_than_the_one_that_chose_the_gpu_gets_the_same_layers(tin
 @pytest.mark.parametrize("token_cache", ["kept", "none"])
 def test_a_warm_call_queues_its_batches_without_waiting_for_the_gpu(tiny_weights, on_gpu, token_cache):
     """Nothing in a call waits for the GPU but the copies back (CUDA events, which torch's sync debug
-    mode does not count), so the host prepares batch k+1 while the GPU runs batch k: no pageable
+    mode does not count), so the host prepares batch k+1 while the GPU runs batch k: no blocking
     upload, no value read back (``.item()``, ``nonzero``), in the char encoder (with no token cache,
-    every token is encoded) or in the stacks. Then the layers are those of the same call on the CPU."""
+    every token is encoded) or in the stacks. (The debug mode does not see a non-blocking copy from
+    pageable memory, nor cupy's waits.) Then the layers are those of the same call on the CPU."""
     import spacy
 
     nlp = make_nlp(tiny_weights, max_batch_tokens=64)
