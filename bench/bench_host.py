@@ -7,10 +7,11 @@ waits for when the host is slower than its kernels (bf16 on an H100, BENCHMARKS.
 Each step on the workload's docs (``Doc(words=...)``, as bench_gpu.py makes them), the fastest and
 the median of ``--rounds`` runs, in ms:
 - cutting docs into sentences;
-- the token strings the biLM reads (as the package reads them, and through the doc one token at a
-  time as it read them before 2026-11-27);
+- the token strings the biLM reads (as the package reads them, each doc's once, and through the doc
+  one token at a time, the way the package avoids);
 - the char ids of the distinct tokens, and cutting their character axis after the longest token (in
-  NumPy as the component does, and the same in torch on the CPU, as the code the H200 profile ran did);
+  NumPy as the component does, and the same in torch on the CPU, as ``CharEncoder._trim`` does for
+  callers that pass whole char ids);
 - the GPU's lane schedule (host tables, built on any machine);
 - placing the layers into a fresh array per doc (each round's arrays kept until the next, as docs
   kept by a caller) against one copy of the same bytes into memory already touched, writing once to

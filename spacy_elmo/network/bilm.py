@@ -155,21 +155,19 @@ class BiLM(nn.Module):
 
     def encode_tokens(self, tokens: Sequence[str]) -> Tuple[Tensor, Optional[Tensor]]:
         """N token strings -> (char ids (N, C), word ids (N,) or None), long, on the bilm's device."""
-        chars, words = self.indexer.encode(tokens)
-        return self._on_device(torch.from_numpy(chars), words)
+        return self._on_device(*self.indexer.encode(tokens))
 
     def represent_tokens(self, tokens: Sequence[str]) -> Tensor:
         """Inference: N token strings -> (N, P), as ``token_representations(*encode_tokens(tokens))``
         with the characters cut on the host: nothing in it waits for a GPU."""
         chars, words = self.indexer.encode(tokens)
-        cut_chars, cut = self.char_encoder.cut_characters(chars)
-        char_ids, word_ids = self._on_device(torch.from_numpy(cut_chars), words)
-        return self.token_representations(char_ids, word_ids, cut=cut)
+        char_ids, word_ids = self._on_device(self.char_encoder.cut_characters(chars), words)
+        return self.token_representations(char_ids, word_ids, already_cut=True)
 
-    def _on_device(self, chars: Tensor, words: Optional[np.ndarray]) -> Tuple[Tensor, Optional[Tensor]]:
+    def _on_device(self, chars: np.ndarray, words: Optional[np.ndarray]) -> Tuple[Tensor, Optional[Tensor]]:
         """Char ids (N, C) and word ids (N,) or None from the host, long, on the bilm's device."""
         word_ids = upload(torch.from_numpy(words), self.device) if words is not None else None
-        return upload(chars, self.device, torch.long), word_ids
+        return upload(torch.from_numpy(chars), self.device, torch.long), word_ids
 
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
         """Inference on a padded batch: char_ids (B, T, C), 0 at padding positions (a sentence's
@@ -198,13 +196,13 @@ class BiLM(nn.Module):
         return BiLMOutput(layers=padded, mask=mask)
 
     def token_representations(
-        self, char_ids: Tensor, word_ids: Optional[Tensor] = None, cut: Optional[bool] = None
+        self, char_ids: Tensor, word_ids: Optional[Tensor] = None, already_cut: bool = False
     ) -> Tensor:
         """Inference: char_ids (N, C), word_ids (N,) or None -> (N, P), each token's row bitwise
-        independent of the others (the differentiable path is ``char_encoder(...)``). ``cut``: see
+        independent of the others (the differentiable path is ``char_encoder(...)``). ``already_cut``: see
         ``CharEncoder.forward_invariant``."""
         with torch.no_grad(), ieee_fp32(char_ids.device):
-            return self.char_encoder.forward_invariant(char_ids, self.kernels_for_run(), word_ids, cut)
+            return self.char_encoder.forward_invariant(char_ids, self.kernels_for_run(), word_ids, already_cut)
 
     def contextualize(
         self,

@@ -59,7 +59,8 @@ class CharEncoder(nn.Module):
     layers; with a word embedding (``config.word_dim`` > 0), ``[word vector; highway output]`` (the
     order of ELMoForManyLangs); then a linear projection. Characters after a token's end are
     trimmed before the convolutions: windows made only of the pad character (``pad_id``) all give
-    the same value, which is added back to the max exactly.
+    the same value, which is added back to the max exactly wherever the character axis is narrower
+    than the ``max_characters_per_token`` columns every token is padded to.
     """
 
     def __init__(self, config: BiLMConfig, pad_id: int = CHAR_PAD) -> None:
@@ -77,9 +78,9 @@ class CharEncoder(nn.Module):
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
         """Differentiable path. char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        ids, trimmed = self._trim(char_ids)
+        ids = self._trim(char_ids)
         chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
-        pad_windows = self._pad_windows() if trimmed else None
+        pad_windows = self._pad_windows() if self._is_cut(ids) else None
         features = []
         for index, conv in enumerate(self._conv_layers()):
             best = F.conv1d(chars, conv.weight).amax(dim=2)  # (N, F_w)
@@ -96,19 +97,18 @@ class CharEncoder(nn.Module):
 
     @torch.no_grad()
     def forward_invariant(
-        self, char_ids: Tensor, kernels: Kernels, word_ids: Optional[Tensor] = None, cut: Optional[bool] = None
+        self, char_ids: Tensor, kernels: Kernels, word_ids: Optional[Tensor] = None, already_cut: bool = False
     ) -> Tensor:
         """Batch-invariant path: a token's representation is bitwise independent of the others.
         Tokens run in blocks of ``kernels.token_blocks()``: on fixed shapes each block padded
         whole; where matmul rows do not depend on the row count, the last padded only to a
         multiple of 32 tokens (whole SIMD blocks for the elementwise functions).
-        char_ids (N, C), word_ids (N,) or None -> (N, P). ``cut``: None where ``char_ids`` are
-        whole (the characters are cut here: on a GPU, a wait for it), else what ``cut_characters``
-        said of the ids it returned."""
+        char_ids (N, C), word_ids (N,) or None -> (N, P). ``already_cut``: the character axis was cut
+        after the longest token on the host (``cut_characters``), so a GPU does not cut it again
+        (finding the longest token there waits for the GPU)."""
         self._check_word_ids(word_ids)
         if kernels.gpu is not None:
-            ids, was_cut = self._trim(char_ids) if cut is None else (char_ids, cut)
-            return self._forward_gpu(ids, was_cut, word_ids, kernels.gpu)
+            return self._forward_gpu(char_ids if already_cut else self._trim(char_ids), word_ids, kernels.gpu)
         block, pad_to = kernels.token_blocks()
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
@@ -120,18 +120,18 @@ class CharEncoder(nn.Module):
             if missing:
                 ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
                 words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
-            encoded = self._encode_block(ids, words, pad_windows, kernels, bool(cut))
+            encoded = self._encode_block(ids, words, pad_windows, kernels)
             out[start : start + block] = encoded[: n_tokens - start]
         return out
 
-    def _forward_gpu(self, ids: Tensor, trimmed: bool, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
+    def _forward_gpu(self, ids: Tensor, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
         """``forward_invariant`` through the Triton kernels, every token in one call at its own
         size (a token's rows do not depend on the others'). ids (N, C') cut after the longest
-        token (``trimmed``: whether any column was cut) -> (N, P)."""
+        token -> (N, P)."""
         convs = list(self._conv_layers())
         weights, widths = ops.conv_weights([conv.weight for conv in convs])
         best = ops.conv_max(self.embedding(ids), weights, widths)
-        if trimmed:  # the windows of padding alone, cut off with the trimmed characters
+        if self._is_cut(ids):  # the windows of padding alone, cut off with the trimmed characters
             widest = max(width for width, _ in self.config.filters)
             pads = self.embedding.weight[self.pad_id].expand(1, widest, -1)
             best = torch.maximum(best, ops.conv_max(pads, weights, widths))
@@ -146,13 +146,13 @@ class CharEncoder(nn.Module):
         return ops.linear(x, self.projection.weight, self.projection.bias)
 
     def _encode_block(
-        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels, cut: bool
+        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels
     ) -> Tensor:
-        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P) (``cut``: columns
-        were cut off before). The highway and projection GEMMs take the whole block (a fixed shape
-        already); the convolution windows go in ``blocking.gemm_rows`` chunks."""
-        ids, trimmed = self._trim(char_ids)
-        trimmed = trimmed or cut
+        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
+        projection GEMMs take the whole block (a fixed shape already); the convolution windows go
+        in ``blocking.gemm_rows`` chunks."""
+        ids = self._trim(char_ids)
+        trimmed = self._is_cut(ids)
         chars = self.embedding(ids)  # (n, C', E)
         n_tokens = chars.shape[0]
         features = []
@@ -193,21 +193,25 @@ class CharEncoder(nn.Module):
                 "beside the char ids: get both from bilm.encode_tokens(strings)."
             )
 
-    def cut_characters(self, char_ids: np.ndarray) -> Tuple[np.ndarray, bool]:
-        """Char ids (N, C) on the host cut as ``forward_invariant`` would cut them on the device
-        (in NumPy: no wait for a GPU, no thread pool woken for a small array): (ids (N, C'),
-        whether any column was cut), to pass on as its ``cut``."""
+    def cut_characters(self, char_ids: np.ndarray) -> np.ndarray:
+        """Char ids (N, C) on the host -> (N, C'), cut as ``forward_invariant`` would cut them on
+        the device (in NumPy: no wait for a GPU, no thread pool woken for a small array); pass
+        them on with ``already_cut``."""
         real = (char_ids != self.pad_id) & (char_ids != 0)
         used = np.flatnonzero(real.any(axis=0))
         keep = self._kept_columns(int(used[-1]) + 1 if used.size else 0, char_ids.shape[1])
-        return np.ascontiguousarray(char_ids[:, :keep]), keep < char_ids.shape[1]
+        return np.ascontiguousarray(char_ids[:, :keep])
 
-    def _trim(self, char_ids: Tensor) -> Tuple[Tensor, bool]:
-        """Cut the character axis as ``_kept_columns`` says. Returns (ids (N, C'), whether cut)."""
+    def _trim(self, char_ids: Tensor) -> Tensor:
+        """Char ids (N, C) -> (N, C'), the character axis cut as ``_kept_columns`` says."""
         real = (char_ids != self.pad_id) & (char_ids != 0)
         longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0
-        keep = self._kept_columns(longest, char_ids.shape[1])
-        return char_ids[:, :keep], keep < char_ids.shape[1]
+        return char_ids[:, : self._kept_columns(longest, char_ids.shape[1])]
+
+    def _is_cut(self, ids: Tensor) -> bool:
+        """Whether windows of padding alone were cut off ``ids`` (N, C'): every token has
+        ``max_characters_per_token`` columns, so any fewer were cut after its end."""
+        return ids.shape[-1] < self.config.max_characters_per_token
 
     def _kept_columns(self, longest: int, n_chars: int) -> int:
         """Of ``n_chars`` columns, those up to the longest token's last character (``longest``
