@@ -1,318 +1,343 @@
-"""`serve` under load: clients that send one sentence each, at concurrency 1, 8 and 32, against the
-service with continuous batching and with batching off (each request run alone, as a hand-written
-endpoint calling `nlp(text)` does), in the same run. Also the engine decision: the same pipeline
-and the same request/response code on Ray Serve (what `serve` runs) and on LitServe.
+"""`serve` under load, measured as servers are: wrk (a load generator in C, from Debian's `wrk`)
+posts one real sentence a request, in turn through the same texts, with 1, 8 and 32 connections,
+after a warm-up that has sent every text. Beside it, in the same run, the same pipeline in a process
+of its own takes the same texts: `nlp(text)` one at a time against one connection, `nlp.pipe` in
+batches of the connection count against more. The two alternate in rounds of --seconds (service,
+pipeline, pipeline, service, ...), so that a machine that speeds up or slows down during the run
+weighs on both alike. Each engine (`--engine process`, the default for one replica, and `--engine
+ray`) serves each model: the fixture model (tiny: what the service itself costs) and the full-size
+weights. Beside each cell: the CPU time a request cost in each of the service's processes (from
+/proc), wrk's own, and the docs a batch held.
 
-    python bench/bench_serve.py          # full-size weights: bench/out/peer-full-bilm (bench_peer.py converts them)
-    pip install litserve                                      # for the LitServe rows (not a dependency)
-    python bench/bench_serve.py --engines ray --seconds 20
-    python bench/bench_serve.py --peer /tmp/peer               # and AllenNLP's Elmo on the same sentences
-    python bench/bench_serve.py --device cuda --engines ray    # replicas on the GPU, and on the CPU in the same run
+    apt-get install wrk
+    python bench/bench_serve.py                                  # both models, both engines, 30-s cells
+    python bench/bench_serve.py --models fixture --seconds 5     # a quick look
+    python bench/bench_serve.py --device cuda --engines process  # the service and nlp.pipe on the GPU
+    python bench/bench_serve.py --breakdown --models fixture     # where a lone request's time goes
 
-With the peer's folder (../shared/tools/peer-allennlp/setup.sh), the same run also times AllenNLP's
-`Elmo` (fp32, its own venv, the same weights) on the same lines, tokenized by spaCy: one line per
-call, as a hand-written endpoint around it runs each request, and batches of 32 lines, the most
-32 clients could be batched into. No ELMo server exists to compare the service itself with.
-
-After the closed-loop cells, the batched Ray service (started with `--max-concurrent-requests`
-OVERLOAD_LIMIT) takes an open-loop overload: requests sent at OVERLOAD_FACTOR times its capacity
-(its requests/s at 32 clients) for --seconds, whatever the answers: the share answered 429, the
-admitted requests' p50 and p99, and any 5xx.
-
-Each cell is bounded: at most --requests requests or --seconds seconds, whichever comes first.
-Sentences: lines of shared/data/corpus/valid.txt (real text), each request one line. Writes
-bench/results/serve-cpu.json and .png and its section of BENCHMARKS.md; with --device cuda, the
-same load against replicas on the GPU (`serve --device cuda`) and on the CPU, one after the other in
-the same run, in serve-cuda.json and .png and a section of its own. LitServe's rows need LitServe
-(left out, with a note, where it is not installed) and run on the CPU only.
+The full-size weights are bench/out/peer-full-bilm (bench_peer.py converts the peer's). Writes
+bench/results/serve-DEVICE.json and .png and the section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import itertools
 import json
 import os
+import re
+import resource
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from report import SHARED, result_name, write_section
+from report import ROOT, SHARED, write_section
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-WEIGHTS = ROOT / "bench" / "out" / "peer-full-bilm"
-CONCURRENCY = [1, 8, 32]
-OVERLOAD_FACTOR = 4  # the overload's offered requests/s, as a multiple of the service's capacity
-OVERLOAD_LIMIT = 32  # --max-concurrent-requests of the batched Ray service: the most clients of a cell
+MODELS = {"fixture": SHARED / "fixtures" / "elmo-allennlp", "full": ROOT / "bench" / "out" / "peer-full-bilm"}
+CLIENTS = [1, 8, 32]
+ROUTES = ["/v1/embeddings", "/embed"]
+WRK_DONE = """
+done = function(summary, latency, requests)
+  io.write(string.format('WRK {"requests": %d, "non_2xx": %d, "socket_errors": %d, "p50_us": %d, ' ..
+    '"p90_us": %d, "p99_us": %d, "us": %d}\\n', summary.requests, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), summary.duration))
+end
+"""
+
+
+def sentences(count: int = 200) -> list:
+    """The first ``count`` lines of 5 to 40 words of shared/data/corpus/valid.txt."""
+    text = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8")
+    return [line.strip() for line in text.splitlines() if 5 <= len(line.split()) <= 40][:count]
+
+
+def request_body(route: str, text: str) -> str:
+    return json.dumps({"input": text, "model": "elmo"} if route == "/v1/embeddings" else {"texts": [text]})
+
+
+def lua_script(route: str, texts: list, folder: Path) -> Path:
+    """A wrk script that posts ``texts`` to ``route`` in turn, one a request, and prints a JSON summary."""
+    bodies = ",\n".join(f"[==[{request_body(route, text)}]==]" for text in texts)
+    script = folder / f"{route.strip('/').replace('/', '-')}.lua"
+    script.write_text(
+        f"bodies = {{\n{bodies}\n}}\nsent = 0\n"
+        "request = function()\n  sent = sent + 1\n"
+        f"  local body = bodies[(sent % #bodies) + 1]\n"
+        f'  return wrk.format("POST", "{route}", {{["Content-Type"] = "application/json"}}, body)\n'
+        "end\n" + WRK_DONE
+    )
+    return script
+
+
+def run_wrk(url: str, script: Path, clients: int, seconds: float) -> dict:
+    """wrk's summary of ``seconds`` of ``clients`` connections (one thread: it is not the bottleneck,
+    its own CPU time is beside each cell), with its CPU seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    command = ["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--timeout", "120s", "-s", str(script)]
+    command.append(url)
+    done = subprocess.run(command, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = next((row for row in done.stdout.splitlines() if row.startswith("WRK ")), None)
+    if done.returncode or line is None:
+        raise SystemExit(f"wrk failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+    summary = json.loads(line[4:])
+    summary["wrk_cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return summary
+
+
+class Pipeline:
+    """The pipeline the service runs, in a process of its own (as a replica has it), loaded once and
+    warmed on every text, timed on request: ``nlp(text)`` one at a time, or ``nlp.pipe`` in batches."""
+
+    def __init__(self, weights: Path, device: str, threads: int) -> None:
+        command = [sys.executable, __file__, "--in-process", str(weights), "--device", device]
+        command += ["--threads", str(threads)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.about = self._answer()
+
+    def time(self, batch: int, seconds: float) -> dict:
+        """{"sentences_per_s", "p50_ms"}: ``nlp(text)`` over the texts in turn for ``seconds`` where
+        ``batch`` is 1 (p50: each call's), ``nlp.pipe(texts, batch_size=batch)`` otherwise."""
+        self.process.stdin.write(json.dumps({"batch": batch, "seconds": seconds}) + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the in-process pipeline ended (exit status {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def serve_timings(weights: str, device: str, threads: int) -> None:
+    """The other end of ``Pipeline``: load, warm, say the words a sentence, then answer each request
+    line of stdin with one line of timings."""
+    import torch
+
+    from spacy_elmo.serving.embedder import load_served_pipeline
+    from spacy_elmo.serving.settings import ServeSettings
+
+    torch.set_num_threads(threads)
+    nlp = load_served_pipeline(ServeSettings(source=weights, device=device, threads=threads))
+    texts = sentences()
+    list(nlp.pipe(texts, batch_size=max(CLIENTS)))  # every shape seen once
+    print(json.dumps({"words_per_sentence": float(np.mean([len(nlp.make_doc(t)) for t in texts]))}), flush=True)
+    for line in sys.stdin:
+        asked = json.loads(line)
+        timed = time_calls(nlp, texts, asked["seconds"]) if asked["batch"] == 1 else time_pipe(nlp, texts, **asked)
+        print(json.dumps(timed), flush=True)
+
+
+def time_calls(nlp, texts: list, seconds: float) -> dict:
+    latencies, started = [], time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        text = texts[len(latencies) % len(texts)]
+        call = time.perf_counter()
+        nlp(text)
+        latencies.append(time.perf_counter() - call)
+    elapsed = time.perf_counter() - started
+    return {"sentences_per_s": len(latencies) / elapsed, "p50_ms": float(np.percentile(latencies, 50) * 1000)}
+
+
+def time_pipe(nlp, texts: list, batch: int, seconds: float) -> dict:
+    """``nlp.pipe`` over the texts in turn, without end (every batch full), for ``seconds``."""
+    done, started = 0, time.perf_counter()
+    for _ in nlp.pipe(itertools.cycle(texts), batch_size=batch):
+        done += 1
+        if done % batch == 0 and time.perf_counter() - started >= seconds:
+            break
+    return {"sentences_per_s": done / (time.perf_counter() - started), "p50_ms": None}
+
+
+class Service:
+    """`python -m spacy_elmo serve WEIGHTS --engine ENGINE` in a session of its own, on 127.0.0.1."""
+
+    def __init__(self, weights: Path, engine: str, device: str, threads: int) -> None:
+        self.port = free_port()
+        command = [sys.executable, "-m", "spacy_elmo", "serve", str(weights), "--engine", engine]
+        command += ["--device", device, "--threads", str(threads), "--port", str(self.port)]
+        self.log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, seconds: float = 600) -> float:
+        """Seconds from the start until /ready answers 200."""
+        import httpx
+
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds and self.process.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=10).status_code == 200:
+                    return time.perf_counter() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.log.seek(0)
+        raise SystemExit(f"serve did not become ready:\n{self.log.read().decode()[-3000:]}")
+
+    def cpu_seconds(self) -> dict:
+        """(what it is, CPU seconds so far) of each process in the service's session, by pid."""
+        found: dict = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                command = (stat.parent / "cmdline").read_text().replace("\0", " ")
+            except OSError:
+                continue
+            if int(fields[3]) == self.process.pid:
+                seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                found[stat.parent.name] = (process_role(command), seconds)
+        return found
+
+    def metrics(self) -> dict:
+        """The service's /metrics, sample name to value."""
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+        return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+    def batches(self) -> tuple:
+        """(batches run, docs in them) so far."""
+        found = self.metrics()
+        return found.get("spacy_elmo_batch_docs_count", 0.0), found.get("spacy_elmo_batch_docs_sum", 0.0)
+
+    def wait_idle(self, seconds: float = 120) -> None:
+        """Until no request is in the service (what a cell's wrk left behind)."""
+        deadline = time.perf_counter() + seconds
+        while self.metrics().get("spacy_elmo_requests_in_service", 0.0) and time.perf_counter() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+ROLES = [
+    ("spacy-elmo:gateway", "Ray: gateway"),
+    ("spacy-elmo:embedder", "Ray: replica"),
+    ("ProxyActor", "Ray: HTTP proxy"),
+    ("ServeController", "Ray: controller"),
+    ("gcs_server", "Ray: GCS"),
+    ("raylet", "Ray: raylet"),
+    ("Agent", "Ray: agents"),
+    ("spacy_elmo serve", "serve process"),
+]
+
+
+def process_role(command: str) -> str:
+    return next((role for pattern, role in ROLES if pattern in command), "Ray: other")
 
 
 def free_port() -> int:
+    import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def sentences(count: int) -> list:
-    text = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8")
-    lines = [line.strip() for line in text.splitlines() if 5 <= len(line.split()) <= 40]
-    return lines[:count]
-
-
-async def load(url: str, texts: list, concurrency: int, max_requests: int, seconds: float) -> dict:
-    """``concurrency`` clients, each sending one text a request, in turn, until the bounds."""
-    import httpx
-
-    latencies, words, sent = [], 0, 0
-    deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-
-    async def client(client_id: int, http) -> None:
-        nonlocal words, sent
-        while sent < max_requests and time.perf_counter() < deadline:
-            text = texts[sent % len(texts)]
-            sent += 1
-            started = time.perf_counter()
-            response = await http.post(url, json={"texts": [text]})
-            if response.status_code != 200:
-                raise SystemExit(f"{url} answered {response.status_code}: {response.text[:2000]}")
-            latencies.append(time.perf_counter() - started)
-            words += len(response.json()["docs"][0]["words"])
-
-    started = time.perf_counter()
-    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
-        await asyncio.gather(*(client(i, http) for i in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    ms = np.array(latencies) * 1000
-    return {
-        "concurrency": concurrency,
-        "requests": len(latencies),
-        "seconds": round(elapsed, 2),
-        "requests_per_s": round(len(latencies) / elapsed, 2),
-        "words_per_s": round(words / elapsed, 1),
-        "p50_ms": round(float(np.percentile(ms, 50)), 1),
-        "p99_ms": round(float(np.percentile(ms, 99)), 1),
-    }
-
-
-async def overload(url: str, texts: list, rate: float, seconds: float) -> dict:
-    """Requests sent at ``rate`` a second for ``seconds`` whatever the answers (an open loop): how
-    they were answered, and the admitted ones' latency."""
-    import httpx
-
-    statuses: dict = {}
-    admitted, words = [], 0
-
-    async def one(http, text: str) -> None:
-        nonlocal words
-        started = time.perf_counter()
-        try:
-            response = await http.post(url, json={"texts": [text]})
-            status = str(response.status_code)
-        except httpx.HTTPError as failure:
-            status = type(failure).__name__
-        statuses[status] = statuses.get(status, 0) + 1
-        if status == "200":
-            admitted.append(time.perf_counter() - started)
-            words += len(response.json()["docs"][0]["words"])
-
-    started = time.perf_counter()
-    tasks = []
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=None)) as http:
-        while time.perf_counter() - started < seconds:
-            tasks.append(asyncio.create_task(one(http, texts[len(tasks) % len(texts)])))
-            await asyncio.sleep(max(0.0, started + len(tasks) / rate - time.perf_counter()))
-        await asyncio.gather(*tasks)
-    elapsed = time.perf_counter() - started
-    ms = np.array(admitted or [float("nan")]) * 1000
-    return {
-        "overload": True,
-        "offered_rps": round(rate, 2),
-        "sent": len(tasks),
-        "statuses": statuses,
-        "share_429": round(statuses.get("429", 0) / len(tasks), 3),
-        "server_errors": sum(count for status, count in statuses.items() if not status.isdigit() or status >= "500"),
-        "seconds": round(elapsed, 2),
-        "admitted_words_per_s": round(words / elapsed, 1),
-        "admitted_p50_ms": round(float(np.percentile(ms, 50)), 1),
-        "admitted_p99_ms": round(float(np.percentile(ms, 99)), 1),
-    }
-
-
-def ratios(rows: list) -> dict:
-    """The batched service against one request at a time (batching off, one client), per device."""
-    found = {}
-    for device in dict.fromkeys(r["device"] for r in rows):
-        cell = {
-            (r["batching"], r["concurrency"]): r["words_per_s"]
-            for r in rows
-            if r["device"] == device and r["engine"] == "ray" and not r.get("overload")
-        }
-        alone = cell.get((False, 1))
-        if alone:
-            found[device] = {
-                "lone_client": round(cell[(True, 1)] / alone, 2) if (True, 1) in cell else None,
-                "clients_32": round(cell[(True, 32)] / alone, 2) if (True, 32) in cell else None,
-            }
-    return found
-
-
-def wait_until_up(url: str, seconds: float = 300) -> None:
-    import httpx
-
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            if httpx.get(url, timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"{url} did not answer within {seconds:.0f} s")
-
-
-try:  # the alternative engine, for the decision; its workers unpickle this module's class
-    import litserve as ls
-except ImportError:  # pragma: no cover
-    ls = None
-
-if ls is not None:
-
-    class ElmoLitAPI(ls.LitAPI):
-        """LitServe with the same request and response code as `serve`."""
-
-        def __init__(self, weights: str, batching: bool, threads: int) -> None:
-            super().__init__(api_path="/embed", max_batch_size=64 if batching else 1, batch_timeout=0.01 * batching)
-            self.weights, self.batching, self.threads = weights, batching, threads
-
-        def setup(self, device):
-            import torch
-
-            from spacy_elmo.serving.embedder import load_served_pipeline
-            from spacy_elmo.serving.settings import ServeSettings
-
-            torch.set_num_threads(self.threads)
-            self.nlp = load_served_pipeline(ServeSettings(source=self.weights, threads=self.threads))
-
-        def decode_request(self, request):
-            from fastapi import HTTPException
-
-            from spacy_elmo.serving.requests import BadRequest, ServeLimits, parse_request
-
-            try:
-                return parse_request(json.dumps(request).encode(), ServeLimits())
-            except BadRequest as bad:
-                raise HTTPException(bad.status, bad.message) from None
-
-        def batch(self, inputs):
-            return inputs
-
-        def predict(self, requests):
-            from spacy_elmo.serving.responses import embed_requests
-
-            answers, _ = embed_requests(self.nlp, requests if self.batching else [requests])
-            return answers if self.batching else answers[0]
-
-        def unbatch(self, output):
-            return output
-
-        def encode_response(self, body):
-            from fastapi import Response
-
-            return Response(content=body, media_type="application/json")
-
-
-def run_litserve(weights: str, port: int, batching: bool, threads: int) -> None:
-    api = ElmoLitAPI(weights, batching, threads)
-    ls.LitServer(api, accelerator="cpu", workers_per_device=1).run(
-        host="127.0.0.1", port=port, generate_client_file=False
-    )
-
-
-def measure_engine(engine: str, device: str, batching: bool, texts: list, args) -> list:
-    """The rows of one service (``engine`` with replicas on ``device``), one per client count; each
-    names the device the service's biLM reports in /metadata (Ray Serve's)."""
-    port = free_port()
-    started = time.perf_counter()
-    if engine == "ray":
-        from spacy_elmo.serving.service import start, stop
-        from spacy_elmo.serving.settings import ServeSettings
-
-        limit = OVERLOAD_LIMIT if batching else None
-        start(
-            ServeSettings(
-                source=args.weights,
-                port=port,
-                threads=args.threads,
-                batching=batching,
-                device=device,
-                max_concurrent_requests=limit,
-            )
-        )
-        server = None
-    else:
-        command = [sys.executable, __file__, "--litserve-server", args.weights, "--port", str(port)]
-        command += ["--threads", str(args.threads)] + ([] if batching else ["--no-batching"])
-        # its own process group: LitServe's workers are its children, and stop with it
-        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def measure_service(weights: Path, engine: str, args, scripts: dict, pipeline: Pipeline) -> list:
+    """One row per route and client count of the service on ``engine``, the pipeline beside it."""
+    service = Service(weights, engine, args.device, args.threads)
+    words = pipeline.about["words_per_sentence"]
     try:
-        wait_until_up(f"http://127.0.0.1:{port}/health")
-        warm = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, 2, 8, 60))  # loads and plans
-        up = time.perf_counter() - started
-        bilm_device = served_device(f"http://127.0.0.1:{port}/metadata") if engine == "ray" else device
+        startup = service.wait_ready()
+        for script in scripts.values():  # every text of every route sent once at least
+            warm = run_wrk(service.url, script, max(args.clients), args.warmup)
+            if warm["requests"] < len(sentences()):
+                run_wrk(service.url, script, max(args.clients), args.warmup * len(sentences()) / warm["requests"])
         rows = []
-        for concurrency in args.clients:
-            row = asyncio.run(load(f"http://127.0.0.1:{port}/embed", texts, concurrency, args.requests, args.seconds))
-            row.update(engine=engine, device=device, bilm_device=bilm_device, batching=batching, startup_s=round(up, 1))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-        if engine == "ray" and batching and max(args.clients) == max(CONCURRENCY):
-            capacity = rows[-1]["requests_per_s"]
-            offered = OVERLOAD_FACTOR * capacity
-            row = asyncio.run(overload(f"http://127.0.0.1:{port}/embed", texts, offered, args.seconds))
-            row.update(engine=engine, device=device, bilm_device=bilm_device, batching=True, capacity_rps=capacity)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-        del warm
+        for route, script in scripts.items():
+            if engine == "ray" and route != ROUTES[0]:
+                continue  # the routes differ in what the replica writes, measured on one engine
+            for clients in args.clients:
+                rows.append(paired_cell(service, pipeline, script, clients, args))
+                rows[-1].update(engine=engine, route=route, startup_s=round(startup, 1))
+                rows[-1]["words_per_s"] = round(rows[-1]["sentences_per_s"] * words, 1)
+                print(json.dumps(rows[-1]), flush=True)
         return rows
     finally:
-        if server is None:
-            stop()
-        else:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=60)
+        service.stop()
 
 
-def served_device(url: str) -> str:
-    """Where the service's biLM runs, as its /metadata says ("cpu", "cuda:0")."""
-    import httpx
+def paired_cell(service: "Service", pipeline: Pipeline, script: Path, clients: int, args) -> dict:
+    """--rounds rounds of the service under ``clients`` connections and the pipeline at a batch of
+    ``clients``, alternating which goes first."""
+    served, alone = [], []
+    for round_ in range(args.rounds):
+        for side in ("service", "pipeline") if round_ % 2 == 0 else ("pipeline", "service"):
+            if side == "pipeline":
+                alone.append(pipeline.time(clients, args.seconds))
+                continue
+            service.wait_idle()
+            before, batches_before = service.cpu_seconds(), service.batches()
+            summary = run_wrk(service.url, script, clients, args.seconds)
+            after, batches_after = service.cpu_seconds(), service.batches()
+            summary["cpu"] = cpu_per_request(after, before, summary["requests"])
+            summary["batches"] = [a - b for a, b in zip(batches_after, batches_before)]
+            served.append(summary)
+    return cell_row(served, alone, clients)
 
-    return httpx.get(url, timeout=30).json()["elmo"]["device"]
+
+def cell_row(served: list, alone: list, clients: int) -> dict:
+    """What the rounds of one cell add up to: throughput over all of them, the medians of the
+    rounds' p50s, the median of the rounds' differences from the pipeline."""
+    requests, seconds = sum(s["requests"] for s in served), sum(s["us"] for s in served) / 1e6
+    rate = requests / seconds
+    pipe_rate = float(np.mean([a["sentences_per_s"] for a in alone]))
+    batches, docs = (sum(s["batches"][i] for s in served) for i in (0, 1))
+    row = {
+        "clients": clients,
+        "rounds": len(served),
+        "requests": requests,
+        "seconds": round(seconds, 1),
+        "sentences_per_s": round(rate, 2),
+        "pipeline_sentences_per_s": round(pipe_rate, 2),
+        "of_pipe": round(rate / pipe_rate, 3),
+        "p50_ms": round(float(np.median([s["p50_us"] / 1000 for s in served])), 2),
+        "p99_ms": round(float(np.median([s["p99_us"] / 1000 for s in served])), 2),
+        "non_2xx": sum(s["non_2xx"] for s in served),
+        "socket_errors": sum(s["socket_errors"] for s in served),
+        "docs_per_batch": round(docs / batches, 2) if batches else None,
+        "cpu_ms_per_request": mean_of_dicts([s["cpu"] for s in served]),
+        "wrk_cpu_ms_per_request": round(sum(s["wrk_cpu_s"] for s in served) * 1000 / max(requests, 1), 3),
+    }
+    if clients == 1:
+        row["pipeline_p50_ms"] = round(float(np.median([a["p50_ms"] for a in alone])), 2)
+        row["p50_above_nlp_ms"] = round(
+            float(np.median([s["p50_us"] / 1000 - a["p50_ms"] for s, a in zip(served, alone)])), 2
+        )
+    return row
 
 
-PEER_BATCHES = {"one line per call": 1, "batches of 32 lines": 32}
+def mean_of_dicts(dicts: list) -> dict:
+    keys = dict.fromkeys(key for d in dicts for key in d)
+    means = {key: round(float(np.mean([d.get(key, 0.0) for d in dicts])), 3) for key in keys}
+    return {key: value for key, value in sorted(means.items(), key=lambda kv: -kv[1]) if value}
 
 
-def peer_speeds(peer: Path, texts: list, threads: int) -> dict:
-    """words/s of AllenNLP's ``Elmo`` on ``texts`` (spaCy's tokens), per batch size of ``PEER_BATCHES``."""
-    import tempfile
-
-    import spacy
-    from bench_peer import run_peer
-
-    tokenizer = spacy.blank("en").tokenizer
-    words = [[token.text for token in tokenizer(text) if not token.is_space] for text in texts]
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "lines.json"
-        path.write_text(json.dumps(words))
-        return {
-            name: run_peer(peer, path, "plain", 3, threads, batch_size=size)["words_per_s"]
-            for name, size in PEER_BATCHES.items()
-        }
+def cpu_per_request(after: dict, before: dict, requests: int) -> dict:
+    """CPU ms a request of each role, from two ``Service.cpu_seconds`` readings."""
+    cpu: dict = {}
+    for pid, (role, spent) in after.items():
+        cpu[role] = cpu.get(role, 0.0) + (spent - before.get(pid, (role, 0.0))[1]) * 1000 / max(requests, 1)
+    return cpu
 
 
 def plot(report: dict, path: Path) -> None:
@@ -321,192 +346,202 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    services = dict.fromkeys((r["device"], r["engine"], r["batching"]) for r in report["rows"] if not r.get("overload"))
-    for device, engine, batching in services:
-        rows = [
-            r
-            for r in report["rows"]
-            if not r.get("overload") and (r["device"], r["engine"], r["batching"]) == (device, engine, batching)
-        ]
-        label = f"{engine}, {'batched' if batching else 'one request at a time'}"
-        label = f"{device}, {label}" if report["device"] != "cpu" else label
-        style = "-" if batching else "--"
-        clients = [r["concurrency"] for r in rows]
-        left.plot(clients, [r["words_per_s"] for r in rows], style, marker="o", label=label)
-        right.plot(clients, [r["p99_ms"] for r in rows], style, marker="o", label=label)
-    for (name, speed), style in zip(report.get("peer", {}).items(), (":", "-.")):
-        left.axhline(speed, color="#888888", linestyle=style, linewidth=1, label=f"AllenNLP Elmo, {name}")
-    left.set(xlabel="concurrent clients", ylabel="words/s", xscale="log", title="throughput")
-    right.set(xlabel="concurrent clients", ylabel="p99 latency (ms)", xscale="log", yscale="log", title="p99 latency")
-    left.legend(fontsize=7)
-    gpu = report.get("gpu")
-    fig.suptitle(f"serve, full-size ELMo, {gpu['gpu'] + ' and ' if gpu else ''}{report['machine']}", fontsize=8)
+    models = list(report["models"])
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False)
+    for (left, right), name in zip(axes, models):
+        rows = report["models"][name]["rows"]
+        for engine, route in dict.fromkeys((r["engine"], r["route"]) for r in rows):
+            cell = [r for r in rows if (r["engine"], r["route"]) == (engine, route)]
+            label = f"serve --engine {engine}, {route}"
+            left.plot([r["clients"] for r in cell], [r["of_pipe"] for r in cell], marker="o", label=label)
+            right.plot([r["clients"] for r in cell], [r["p50_ms"] for r in cell], marker="o", label=label)
+        lone = [r for r in rows if r["clients"] == 1]
+        if lone:
+            right.axhline(lone[0]["pipeline_p50_ms"], color="k", linestyle="--", label="nlp(text), p50")
+        left.axhline(1.0, color="k", linestyle="--", label="nlp.pipe, batch = connections")
+        left.set(xlabel="connections", ylabel="sentences/s, of nlp.pipe's", xscale="log", title=f"{name} model")
+        right.set(xlabel="connections", ylabel="p50 latency (ms)", xscale="log", yscale="log", title="p50 latency")
+        left.legend(fontsize=7)
+        right.legend(fontsize=7)
+    fig.suptitle(f"serve under wrk, {report['device']}, {report['machine']}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def summary_lines(report: dict) -> list:
-    """The ratios to one request at a time and the overload run, as sentences."""
-    lines = []
-    names = {"lone_client": "a lone client", "clients_32": "32 clients"}
-    for device, found in report.get("ratios", {}).items():
-        measured = [f"{name} {found[key]}x" for key, name in names.items() if found.get(key) is not None]
-        lines += [
-            "",
-            f"Batched against one request at a time ({device}, words/s of the batched service over the unbatched "
-            f"one's in the same run): {', '.join(measured) or 'not measured'}.",
-        ]
-    for r in (r for r in report["rows"] if r.get("overload")):
-        lines += [
-            "",
-            f"Overload ({r['device']}, `--max-concurrent-requests {OVERLOAD_LIMIT}`): {r['sent']} requests sent "
-            f"at {r['offered_rps']} a second, {OVERLOAD_FACTOR}x the service's capacity ({r['capacity_rps']} "
-            f"requests/s at 32 clients), over {r['seconds']} s: answers {r['statuses']}; "
-            f"{r['share_429']:.0%} refused with 429; the admitted ones' p50 {r['admitted_p50_ms']:,.0f} ms and p99 "
-            f"{r['admitted_p99_ms']:,.0f} ms at {r['admitted_words_per_s']:,.0f} words/s; "
-            f"{r['server_errors']} 5xx or failed connections.",
-        ]
-    return lines
-
-
-def update_markdown(report: dict) -> None:
-    """The run's section of BENCHMARKS.md: ``bench_serve:cpu``, or ``bench_serve:cuda`` (a device column)."""
-    on_gpu = report["device"] != "cpu"
-    bounds = (
-        f"full-size weights; each request one sentence of shared/data/corpus/valid.txt; each cell at most "
-        f"{report['max_requests']} requests or {report['seconds']} s. Command: `{report['command']}`."
-    )
-    if on_gpu:
-        gpu = report["gpu"]
-        lines = [
-            f"### `serve` on a GPU: replicas on the GPU against the CPU ({report['date']})",
-            "",
-            f"GPU: {gpu['gpu']}, driver {gpu['driver']}, torch {gpu['torch']}, CUDA {gpu['cuda']}; CPU: "
-            f"{report['machine']}; {report['threads']} torch threads; {bounds} device: where the replicas' biLM "
-            "ran, as their /metadata says (`serve --device cuda`: one GPU per replica, thinc's arrays in torch's "
-            "allocator).",
-        ]
-    else:
-        lines = [
-            f"### `serve` under load: continuous batching against one request at a time ({report['date']})",
-            "",
-            f"Machine: {report['machine']}; {report['threads']} torch threads; {bounds}",
-        ]
-    head = "| device | engine | batching | clients |" if on_gpu else "| engine | batching | clients |"
-    lines += [
+def markdown(report: dict) -> list:
+    lines = [
+        f"### `serve` under load against `nlp.pipe` in the same run ({report['date']})",
         "",
-        head + " requests | words/s | p50 ms | p99 ms | start (s) |",
-        "|---" * on_gpu + "|---|---|---:|---:|---:|---:|---:|---:|",
+        f"Machine: {report['machine']}; device {report['device']}; {report['threads']} torch threads; wrk "
+        f"{report['wrk']} (one thread), one sentence of shared/data/corpus/valid.txt a request, {report['texts']} "
+        f"texts in turn, after a warm-up that sent every text. Each cell: {report['rounds']} rounds of "
+        f"{report['seconds']:.0f} s of the service, alternating with as many of the pipeline in a process of its "
+        f"own (`nlp(text)` for one connection, `nlp.pipe(texts, batch_size=connections)` for more). Command: "
+        f"`{report['command']}`. of pipe: the service's sentences/s over the pipeline's; above nlp: the median of "
+        "the rounds' p50 minus `nlp(text)`'s p50.",
     ]
-    for r in (r for r in report["rows"] if not r.get("overload")):
-        lines.append(
-            ("| " + r["bilm_device"] + " " if on_gpu else "")
-            + f"| {r['engine']} | {'on' if r['batching'] else 'off'} | {r['concurrency']} | {r['requests']} | "
-            f"{r['words_per_s']:,.0f} | {r['p50_ms']:,.0f} | {r['p99_ms']:,.0f} | {r['startup_s']} |"
-        )
-    lines += summary_lines(report)
-    if report.get("peer"):
-        speeds = ", ".join(f"{name}: {speed:,.0f} words/s" for name, speed in report["peer"].items())
+    for name, model in report["models"].items():
         lines += [
             "",
-            f"The peer in the same run, AllenNLP's `Elmo` (fp32, its own venv, the same weights and lines, spaCy's "
-            f"tokens, {report['threads']} threads, no HTTP): {speeds}.",
+            f"**{name} model** ({model['weights']}, {model['words_per_sentence']:.1f} words a sentence)",
+            "",
+            "| engine | route | connections | sentences/s | pipeline | of pipe | p50 ms | above nlp | p99 ms | "
+            "docs a batch | non-2xx | CPU ms a request (service; wrk) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
-    name = result_name(f"serve-{report['device']}", report.get("label"))
-    lines += ["", f"![serve under load](bench/results/{name}.png)", ""]
-    write_section("bench_" + name.replace("serve-", "serve:", 1), lines)
-
-
-def services(args) -> list:
-    """(engine, device, batching) of each service to measure: with --device cuda the GPU's first,
-    then the CPU's; LitServe on the CPU only, and only where it is installed."""
-    if "litserve" in args.engines and ls is None:
-        print("LitServe is not installed (pip install litserve): its rows are left out", flush=True)
-    devices = ["cuda", "cpu"] if args.device == "cuda" else ["cpu"]
-    return [
-        (engine, device, batching == "on")
-        for device in devices
-        for engine in args.engines
-        if engine == "ray" or (device == "cpu" and ls is not None)
-        for batching in args.batching
-    ]
+        for r in model["rows"]:
+            cpu = ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms_per_request"].items())
+            above = f"{r['p50_above_nlp_ms']:+.1f}" if "p50_above_nlp_ms" in r else "-"
+            lines.append(
+                f"| {r['engine']} | `{r['route']}` | {r['clients']} | {r['sentences_per_s']:,.1f} | "
+                f"{r['pipeline_sentences_per_s']:,.1f} | {r['of_pipe']:.2f}x | {r['p50_ms']:,.1f} | {above} | "
+                f"{r['p99_ms']:,.1f} | {r['docs_per_batch'] or '-'} | {r['non_2xx'] + r['socket_errors']} | "
+                f"{cpu}; wrk {r['wrk_cpu_ms_per_request']:.2f} |"
+            )
+    name = f"serve-{report['device']}"
+    return lines + ["", f"![serve under load](bench/results/{name}.png)", ""]
 
 
 def write_outputs(report: dict) -> None:
     from spacy_elmo.files import atomic_write_json
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    name = result_name(f"serve-{report['device']}", report.get("label"))
+    name = f"serve-{report['device']}"
     atomic_write_json(RESULTS / f"{name}.json", report)
     plot(report, RESULTS / f"{name}.png")
-    update_markdown(report)
-
-
-def parse_arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", default=str(WEIGHTS))
-    parser.add_argument("--engines", nargs="+", default=["ray", "litserve"], choices=["ray", "litserve"])
-    parser.add_argument(
-        "--device", default="cpu", choices=["cpu", "cuda"], help="cuda: replicas on the GPU, then the CPU"
-    )
-    parser.add_argument("--batching", nargs="+", default=["on", "off"], choices=["on", "off"])
-    parser.add_argument("--clients", nargs="+", type=int, default=CONCURRENCY, help="the cells' client counts")
-    parser.add_argument("--requests", type=int, default=400)
-    parser.add_argument("--label", help="this run's results under their own name (serve-cpu-LABEL.json)")
-    parser.add_argument("--seconds", type=float, default=30)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--peer", type=Path, help="the peer's folder: AllenNLP's Elmo timed in the same run")
-    parser.add_argument("--litserve-server", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--no-batching", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args()
+    write_section(f"bench_serve:{report['device']}", markdown(report))
 
 
 def new_report(args) -> dict:
     from spacy_elmo.kernels.machine import cpu_description
 
+    version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout
+    found = re.search(r"wrk (\S+)", version)
     report = {
         "machine": cpu_description(),
         "device": args.device,
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["python bench/bench_serve.py", *sys.argv[1:]]),
         "threads": args.threads,
-        "max_requests": args.requests,
         "seconds": args.seconds,
-        "label": args.label,
-        "rows": [],
-        "peer": {},
+        "rounds": args.rounds,
+        "texts": len(sentences()),
+        "wrk": found.group(1) if found else "unknown",
+        "models": {},
     }
     if args.device == "cuda":
         from bench_gpu import device_description
 
-        from spacy_elmo.serving.settings import ServeSettings, check_gpus_here
-
-        try:
-            check_gpus_here(ServeSettings(source=args.weights, device="cuda"))
-        except ValueError as err:
-            raise SystemExit(f"bench_serve.py --device cuda: {err}") from None
         report["gpu"] = device_description()
     return report
 
 
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--engines", nargs="+", default=["process", "ray"], choices=["process", "ray"])
+    parser.add_argument("--routes", nargs="+", default=ROUTES, choices=ROUTES)
+    parser.add_argument("--clients", nargs="+", type=int, default=CLIENTS)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--seconds", type=float, default=30.0, help="each round of the service, and of the pipeline")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of each side a cell")
+    parser.add_argument("--warmup", type=float, default=10.0, help="wrk at the most connections, per route")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--breakdown", action="store_true", help="where a lone request's time goes (one process)")
+    parser.add_argument("--in-process", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def breakdown(weights: Path, args) -> dict:
+    """Where a lone request's time goes in the one-process service: the engine runs here with a
+    clock at each step (the gateway's entry, the handoff to the replica's thread, the batch, the way
+    back, the answer sent) while wrk sends one request at a time for --seconds; the medians, in ms
+    from the gateway's entry, and wrk's p50 (what the client saw)."""
+    import threading
+
+    from spacy_elmo.serving import embedder, gateway
+    from spacy_elmo.serving.process_engine import ProcessEngine
+    from spacy_elmo.serving.settings import ServeSettings
+
+    marks: dict = {}
+    current: dict = {}
+
+    def timed(step, call):
+        def wrapper(*arguments, **options):
+            current[f"{step} starts"] = time.perf_counter()
+            try:
+                return call(*arguments, **options)
+            finally:
+                current[f"{step} ends"] = time.perf_counter()
+
+        return wrapper
+
+    run_batch, asgi = embedder.embed_requests, gateway.Gateway.asgi
+    embedder.embed_requests = timed("the batch", run_batch)
+
+    async def traced(self, scope, receive, send):
+        entered = time.perf_counter()
+
+        async def sending(message):
+            if message["type"] == "http.response.body":
+                current["answer sent"] = time.perf_counter()
+            await send(message)
+
+        await asgi(self, scope, receive, sending)
+        for step, at in current.items():
+            marks.setdefault(step, []).append((at - entered) * 1000)
+
+    gateway.Gateway.asgi = traced
+    engine = ProcessEngine(ServeSettings(source=str(weights), device=args.device, threads=args.threads, port=0))
+    engine.start()
+    found: dict = {}
+
+    def load() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            script = lua_script(ROUTES[0], sentences(), Path(folder))
+            run_wrk(engine.url, script, 1, args.warmup)
+            marks.clear()
+            found["wrk"] = run_wrk(engine.url, script, 1, args.seconds)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=load, daemon=True).start()
+    engine.serve(60, lambda left: None)
+    engine.stop()
+    steps = {step: round(float(np.median(values)), 3) for step, values in marks.items()}
+    return {
+        "steps_ms": dict(sorted(steps.items(), key=lambda kv: kv[1])),
+        "client_p50_ms": found["wrk"]["p50_us"] / 1000,
+    }
+
+
 def main() -> None:
     args = parse_arguments()
-    if args.litserve_server:
-        run_litserve(args.litserve_server, args.port, not args.no_batching, args.threads)
+    if args.in_process:
+        serve_timings(args.in_process, args.device, args.threads)
         return
-    if not Path(args.weights).is_dir():
-        raise SystemExit(f"No weights at {args.weights}: give --weights, or convert the peer's (bench_peer.py).")
-    texts, report = sentences(2000), new_report(args)
-    for engine, device, batching in services(args):  # the outputs written after each: a run cut short keeps them
-        report["rows"] += measure_engine(engine, device, batching, texts, args)
-        report["ratios"] = ratios(report["rows"])
-        write_outputs(report)
-    if args.peer:
-        report["peer"] = peer_speeds(args.peer, texts[:200], args.threads)
-        write_outputs(report)
+    if args.breakdown:
+        for name in args.models:
+            print(name, json.dumps(breakdown(MODELS[name], args)), flush=True)
+        return
+    if shutil.which("wrk") is None:
+        raise SystemExit("bench_serve.py needs wrk, a load generator in C: apt-get install wrk")
+    report = new_report(args)
+    with tempfile.TemporaryDirectory() as folder:
+        scripts = {route: lua_script(route, sentences(), Path(folder)) for route in args.routes}
+        for name in args.models:
+            weights = MODELS[name]
+            if not weights.is_dir():
+                raise SystemExit(f"No {name} weights at {weights} (full-size: bench_peer.py converts the peer's)")
+            pipeline = Pipeline(weights, args.device, args.threads)
+            shown = str(weights.relative_to(SHARED.parent) if SHARED.parent in weights.parents else weights)
+            model = report["models"][name] = {"weights": shown, "rows": [], **pipeline.about}
+            try:
+                for engine in args.engines:  # the outputs written after each: a run cut short keeps them
+                    model["rows"] += measure_service(weights, engine, args, scripts, pipeline)
+                    write_outputs(report)
+            finally:
+                pipeline.close()
 
 
 if __name__ == "__main__":

@@ -1,27 +1,29 @@
-"""`python -m spacy_elmo serve`: started as a user starts it (on 127.0.0.1, a free port, stopped at the
-end), concurrent clients get bitwise what the pipeline gives each text alone, and bad input gets a 4xx
-with a message while the service keeps serving. The request checks also run without a server."""
+"""`python -m spacy_elmo serve`: started as a user starts it (one replica: in one process, on
+127.0.0.1, a free port, stopped at the end), concurrent clients get bitwise what the pipeline gives
+each text alone, bad input gets a 4xx with a message while the service keeps serving, it listens on
+loopback only, and SIGTERM drains it. The request checks also run without a server."""
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import orjson
 import pytest
-from conftest import with_this_checkout
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 httpx = pytest.importorskip("httpx")
+
+from served_process import (  # noqa: E402
+    Served,
+    is_loopback,
+    listening_addresses,
+    session_processes,
+    sigterm_with_requests_in_flight,
+)
 
 from spacy_elmo.serving.requests import BadRequest, ServeLimits, parse_request  # noqa: E402
 
@@ -119,51 +121,21 @@ def test_the_source_is_read_as_a_pipeline_or_as_weights(tiny_weights, tiny_elmo_
     assert not any(is_pipeline(s) for s in (str(tiny_weights), "original", "efml-de", "https://example.org/m.zip"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tiny_weights):
-    """The CLI serving the tiny weights: (its URL, its process); stopped (Ctrl-C, as a user stops it)
-    at the end, unless a test stopped it before."""
-    port = free_port()
-    command = [sys.executable, "-m", "spacy_elmo", "serve", str(tiny_weights), "--port", str(port), "--threads", "1"]
-    process = subprocess.Popen(
-        command, env=with_this_checkout(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
+    """The CLI serving the tiny weights in one process (the default for one replica), stopped at the
+    end (Ctrl-C, as a user stops it) unless a test stopped it before."""
+    process = Served(tiny_weights)
     try:
-        if not ready_within(url, 240, process):
-            output = process.stdout.read().decode()[-3000:] if process.poll() is not None else "timeout"
-            pytest.fail(f"serve did not come up: {output}")
-        yield url, process
+        process.ready()
+        yield process
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def ready_within(url, seconds, process=None) -> bool:
-    deadline = time.time() + seconds
-    while time.time() < deadline and (process is None or process.poll() is None):
-        try:
-            if httpx.get(f"{url}/ready", timeout=5).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    return False
+        process.stop()
 
 
 @pytest.fixture(scope="module")
 def service(served):
-    return served[0]
+    return served.url
 
 
 @pytest.fixture(scope="module")
@@ -291,73 +263,19 @@ def test_metadata_health_and_readiness(service, alone):
     assert httpx.get(f"{service}/ready", timeout=10).json() == {"ready": True}
 
 
-def test_a_replica_killed_under_load_costs_no_request(service):
-    """SIGKILL to the replica while 8 clients keep it busy: every request is answered 200 (sent again to the
-    replica Ray starts in its place) or 503 with Retry-After, none 5xx otherwise, none lost."""
-    replica = httpx.get(f"{service}/metadata", timeout=10).json()["replica"]
-    statuses, stop = [], threading.Event()
-
-    def client():
-        while not stop.is_set():
-            try:
-                answer = httpx.post(f"{service}/embed", json={"texts": [" ".join(TEXTS * 10)] * 4}, timeout=120)
-                statuses.append(answer.status_code)
-            except httpx.HTTPError as lost:
-                statuses.append(type(lost).__name__)
-
-    with ThreadPoolExecutor(8) as pool:
-        for _ in range(8):
-            pool.submit(client)
-        wait_for(lambda: len(statuses) >= 8, 60)
-        os.kill(int(replica.rsplit(":", 1)[1]), signal.SIGKILL)
-        before = len(statuses)
-        back = wait_for(lambda: httpx.get(f"{service}/metadata", timeout=30).json()["replica"] != replica, 120)
-        wait_for(lambda: len(statuses) >= before + 8, 60)
-        stop.set()
-    counts = Counter(statuses)
-    print(f"replica killed under 8 clients: {dict(counts)} over {len(statuses)} requests")
-    assert back and set(counts) <= {200, 503}, counts
-    assert 200 in statuses[before:], "the replica started in its place answers"
-    metrics = httpx.get(f"{service}/metrics", timeout=10).text
-    sent_again = samples_of(metrics, "spacy_elmo_replica_failures_total")
-    print(f"requests sent again: {sent_again:.0f}")
-    assert sent_again >= 1, "a request the killed replica held was sent again"
-    assert samples_of(metrics, "spacy_elmo_replica_restarts_total") == 1 and ready_within(service, 60)
+def test_a_local_service_listens_on_loopback_only(served):
+    """Every socket the service's processes listen on is on 127.0.0.1 (what it was asked for)."""
+    pids = [served.process.pid, *session_processes(served.process.pid)]
+    addresses = listening_addresses(pids)
+    assert addresses, "the service listens somewhere"
+    assert all(is_loopback(address) for address in addresses), addresses
+    assert f"127.0.0.1:{served.url.rsplit(':', 1)[1]}" in addresses
 
 
 def test_sigterm_answers_the_requests_in_flight_then_stops(served):
     """Last in this module: it stops the service."""
-    service, process = served
-    body = {"texts": [" ".join(["word"] * 300)] * 16}
-    with ThreadPoolExecutor(6) as pool:
-        in_flight = [pool.submit(httpx.post, f"{service}/embed", json=body, timeout=120) for _ in range(6)]
-        admitted = "spacy_elmo_requests_in_service"
-        assert wait_for(lambda: samples_of(httpx.get(f"{service}/metrics").text, admitted) >= 6, 60), "all 6 admitted"
-        process.send_signal(signal.SIGTERM)  # with the 6 in the service: each is answered, whatever comes after
-        draining = wait_for(lambda: httpx.get(f"{service}/ready", timeout=10).status_code == 503, 30)
-        assert draining, "/ready says the service is draining"
-        refused = httpx.post(f"{service}/embed", json={"texts": ["Too late."]}, timeout=30)
-        answered = [future.result() for future in in_flight]
-    output = process.stdout.read().decode() if process.wait(timeout=90) is not None else ""
-    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    answered = sigterm_with_requests_in_flight(served)
+    assert served.ended() == 0
     assert [answer.status_code for answer in answered] == [200] * 6
-    assert process.returncode == 0 and "every request in flight was answered" in output, output[-2000:]
-
-
-def wait_for(condition, seconds) -> bool:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            if condition():
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    return False
-
-
-def samples_of(text, name) -> float:
-    """The sum of metric ``name``'s samples in Prometheus ``text``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+    assert "every request in flight was answered" in served.output, served.output[-2000:]
+    assert not session_processes(served.process.pid), "nothing of the service is left running"

@@ -11,7 +11,7 @@ pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo
 import ray  # noqa: E402
 
 from spacy_elmo.cli import app  # noqa: E402
-from spacy_elmo.serving import embedder, service  # noqa: E402
+from spacy_elmo.serving import embedder, ray_engine, service  # noqa: E402
 from spacy_elmo.serving import settings as serve_settings
 from spacy_elmo.serving.settings import ServeSettings  # noqa: E402
 
@@ -61,7 +61,7 @@ def test_an_unknown_device_is_refused(no_ray, tiny_weights):
 
 @pytest.mark.parametrize("device, gpus", [("cpu", None), ("cuda", 1)])
 def test_the_device_becomes_each_replicas_actor_options(device, gpus):
-    made = service.embedder_deployment(ServeSettings(source="original", device=device, replicas=2, threads=3))
+    made = ray_engine.embedder_deployment(ServeSettings(source="original", device=device, replicas=2, threads=3))
     assert made.num_replicas == 2
     assert made.ray_actor_options.get("num_gpus") == gpus and made.ray_actor_options["num_cpus"] == 0
     assert not ray.is_initialized()
@@ -128,6 +128,8 @@ def test_joining_a_cluster_without_gpus_stops_before_serving(monkeypatch):
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown",)))
     monkeypatch.setattr(serve, "start", lambda **kwargs: calls.append(("serve",)))
+    settings = ServeSettings(source="original", device="cuda", threads=1, ray_address="ray://head:10001")
+    assert settings.runs_on_ray
     with pytest.raises(ValueError, match="the Ray cluster has 0"):
-        service.start(ServeSettings(source="original", device="cuda", threads=1), "ray://head:10001")
+        service.run(settings, on_ready=lambda url: calls.append(("ready",)), on_drain=lambda left: None)
     assert calls == [("init", "ray://head:10001"), ("shutdown",)]

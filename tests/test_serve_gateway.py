@@ -1,5 +1,6 @@
-"""The service's parts without Ray: the continuous batcher, and the gateway (keys, 429s, retries,
-drain, metrics, the OpenAI route) in front of an embedder that runs here, spoken to over ASGI."""
+"""The service's parts without a server: the continuous batcher, and the gateway (keys, 429s,
+retries, drain, metrics, the OpenAI route) in front of an embedder that runs here, spoken to over
+ASGI as uvicorn speaks to it."""
 
 import asyncio
 import base64
@@ -13,12 +14,11 @@ import pytest
 pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 httpx = pytest.importorskip("httpx")
 
+from conftest import SHARED  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from ray.exceptions import ActorDiedError  # noqa: E402
-from starlette.applications import Starlette  # noqa: E402
-from starlette.routing import Route  # noqa: E402
 
-from spacy_elmo.serving.batcher import ContinuousBatcher  # noqa: E402
+from spacy_elmo.serving.batcher import REFILL_SHARE, ContinuousBatcher  # noqa: E402
 from spacy_elmo.serving.embedder import Embedder  # noqa: E402
 from spacy_elmo.serving.gateway import RETRY_AFTER_S, Gateway  # noqa: E402
 from spacy_elmo.serving.settings import ServeSettings  # noqa: E402
@@ -151,28 +151,105 @@ def test_a_request_above_the_budget_runs_alone():
     assert asyncio.run(scenario()) == [["x"], ["a-very-long-one"], ["b"]]
 
 
-class Local:
-    """A stand-in for a Ray Serve handle: ``handle.method.remote(...)`` runs ``target``'s method here;
-    ``failures`` raise first, one a call."""
+class Clock:
+    """Seconds that pass only when the test says (``advance``)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+async def one_ran_while_others_waited(others, run_s):
+    """A batcher whose first request ("a") ran alone for ``run_s`` seconds of its clock while
+    ``others`` arrived: (the run, the batcher, a's answer, the others' answers), a's batch done."""
+    clock = Clock()
+    run = Recorder(hold=True)
+    work = batcher(run, max_tokens=100, clock=clock)
+    first = asyncio.ensure_future(work.submit("a"))
+    await settle(run)
+    clock.advance(run_s)
+    waiting = [asyncio.ensure_future(work.submit(item)) for item in others]
+    await asyncio.sleep(0)
+    run.release.set()
+    return run, work, first, waiting
+
+
+def test_a_closed_loop_of_clients_refills_one_batch_instead_of_splitting_in_two():
+    """Four clients, each sending again when answered: after a batch of one ran while three waited,
+    the replica holds the three until the fourth is back (REFILL_SHARE of the last run at most),
+    and runs the four together; without the refill wait it would run the three, then the one."""
+
+    async def scenario():
+        run, work, first, waiting = await one_ran_while_others_waited(["b", "c", "d"], run_s=1.0)
+        await first  # the replica is free; three wait, and it saw four
+        for _ in range(5):
+            await asyncio.sleep(0)
+        held = list(run.batches)
+        again = asyncio.ensure_future(work.submit("a2"))  # the first client, answered, sends again
+        await asyncio.gather(again, *waiting)
+        return held, run.batches
+
+    held, batches = asyncio.run(scenario())
+    assert held == [["a"]], "the three were held for the fourth"
+    assert batches == [["a"], ["b", "c", "d", "a2"]]
+    assert 0 < REFILL_SHARE < 1
+
+
+def test_the_refill_wait_ends_at_its_share_of_the_last_run():
+    async def scenario():
+        run, _, first, waiting = await one_ran_while_others_waited(["b"], run_s=0.0)  # no wait: ran 0 s
+        return await asyncio.gather(first, *waiting), run.batches
+
+    _, batches = asyncio.run(scenario())
+    assert batches == [["a"], ["b"]]
+
+
+def test_a_lone_client_is_never_held():
+    """One client in a closed loop: each request starts at once, however long the last one ran (a
+    refill wait would hold the second for REFILL_SHARE x 1000 s of the clock, far past the 10 s the
+    test allows)."""
+
+    async def scenario():
+        clock = Clock()
+        run = Recorder(hold=True)
+        work = batcher(run, max_tokens=100, clock=clock)
+        answers = []
+        for item in ("a", "b", "c"):
+            answer = asyncio.ensure_future(work.submit(item))
+            assert await asyncio.to_thread(run.started.wait, 10), f"{item} was held"
+            run.started.clear()
+            clock.advance(1000.0)  # the batch runs for 1000 s of the clock
+            run.release.set()
+            answers.append(await answer)
+            run.release.clear()
+        return [answer for answer, _ in answers], run.batches
+
+    answers, batches = asyncio.run(scenario())
+    assert answers == ["A", "B", "C"] and batches == [["a"], ["b"], ["c"]]
+
+
+class Flaky:
+    """The gateway's ``Replicas`` over ``target`` (an embedder here), as Ray Serve replicas behave
+    where they die: ``failures`` raise first, one an embedding call; ``lost`` names them."""
+
+    lost = (ActorDiedError,)
 
     def __init__(self, target, failures=()):
         self.target, self.failures, self.calls = target, list(failures), 0
 
-    def __getattr__(self, name):
-        local = self
+    async def embed(self, request):
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return await self.target.embed(request)
 
-        class Method:
-            def remote(self, *args):
-                async def call():
-                    local.calls += name == "embed"
-                    if name == "embed" and local.failures:
-                        raise local.failures.pop(0)
-                    result = getattr(local.target, name)(*args)
-                    return await result if asyncio.iscoroutine(result) else result
-
-                return call()
-
-        return Method()
+    async def describe(self):
+        return await self.target.describe()
 
 
 @pytest.fixture(scope="module")
@@ -181,12 +258,7 @@ def embedder(tiny_weights):
 
 
 def client_of(gateway):
-    async def endpoint(request):
-        return await gateway(request)
-
-    methods = ["GET", "POST", "PUT", "DELETE"]
-    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=methods)])
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.asgi), base_url="http://gateway")
 
 
 def talk(gateway, conversation):
@@ -199,8 +271,8 @@ def talk(gateway, conversation):
 
 def gateway_of(embedder, failures=(), **settings):
     settings = ServeSettings(source="tiny", threads=1, **settings)
-    handle = Local(embedder, failures)
-    return Gateway(settings, handle), handle
+    replicas = Flaky(embedder, failures)
+    return Gateway(settings, replicas), replicas
 
 
 def test_a_key_guards_every_route_but_health_and_readiness(embedder):
@@ -237,8 +309,8 @@ class Held:
     def __init__(self, embedder):
         self.embedder, self.held, self.release = embedder, 0, None
 
-    def describe(self):
-        return self.embedder.describe()
+    async def describe(self):
+        return await self.embedder.describe()
 
     async def embed(self, request):
         self.held += 1
@@ -286,7 +358,7 @@ def samples(text, name):
 
 
 def test_a_request_whose_replica_died_is_sent_again_and_answered(embedder):
-    gateway, handle = gateway_of(embedder, failures=[ActorDiedError()])
+    gateway, replicas = gateway_of(embedder, failures=[ActorDiedError()])
 
     async def conversation(client):
         answer = await client.post("/embed", json={"texts": ["Retried."]})
@@ -294,11 +366,11 @@ def test_a_request_whose_replica_died_is_sent_again_and_answered(embedder):
 
     answer, metrics = talk(gateway, conversation)
     assert answer.status_code == 200 and answer.json()["docs"][0]["words"] == ["Retried", "."]
-    assert handle.calls == 2 and samples(metrics, "spacy_elmo_replica_failures_total") == {(): 1.0}
+    assert replicas.calls == 2 and samples(metrics, "spacy_elmo_replica_failures_total") == {(): 1.0}
 
 
 def test_where_no_replica_comes_back_the_answer_is_503_with_retry_after(embedder):
-    gateway, handle = gateway_of(embedder, failures=[ActorDiedError(), ActorDiedError()])
+    gateway, replicas = gateway_of(embedder, failures=[ActorDiedError(), ActorDiedError()])
 
     async def conversation(client):
         answer = await client.post("/embed", json={"texts": ["Lost."]})
@@ -306,7 +378,7 @@ def test_where_no_replica_comes_back_the_answer_is_503_with_retry_after(embedder
 
     answer, metrics = talk(gateway, conversation)
     assert answer.status_code == 503 and answer.headers["retry-after"] == str(RETRY_AFTER_S)
-    assert "no replica could embed the request" in answer.json()["error"] and handle.calls == 2
+    assert "no replica could embed the request" in answer.json()["error"] and replicas.calls == 2
     assert samples(metrics, "spacy_elmo_replica_failures_total") == {(): 1.0}, "one request, counted once"
 
 
@@ -319,14 +391,17 @@ def test_draining_answers_what_is_in_flight_and_refuses_the_rest(embedder):
         in_flight = asyncio.ensure_future(client.post("/embed", json={"texts": ["In flight."]}))
         while held.held < 1:
             await asyncio.sleep(0.01)
-        left = gateway.drain()
+        cut_short = await gateway.drained(0)  # no time to wait: the one in the service is left
+        draining = asyncio.ensure_future(gateway.drained(60))
         refused = await client.post("/embed", json={"texts": ["Too late."]})
         ready = await client.get("/ready")
+        waited = not draining.done()
         held.release.set()
-        return left, await in_flight, refused, ready, gateway.requests_in_service()
+        return cut_short, waited, await draining, await in_flight, refused, ready
 
-    left, answered, refused, ready, after = talk(gateway, conversation)
-    assert left == 1 and answered.status_code == 200 and after == 0
+    cut_short, waited, left, answered, refused, ready = talk(gateway, conversation)
+    assert cut_short == 1 and waited, "the drain waits for the request in the service"
+    assert left == 0 and answered.status_code == 200
     assert refused.status_code == 503 and refused.headers["retry-after"] == str(RETRY_AFTER_S)
     assert "shutting down" in refused.json()["error"] and ready.status_code == 503
 
@@ -404,10 +479,62 @@ def test_metrics_count_requests_batches_and_the_queue(embedder):
 
 def test_the_openai_route_without_a_replica_to_describe_the_model_is_503():
     class Gone:
-        def describe(self):
+        async def describe(self):
             raise ActorDiedError()
 
     gateway, _ = gateway_of(Gone())
     answer = talk(gateway, lambda client: client.post("/v1/embeddings", json={"input": "a", "model": "m"}))
     assert answer.status_code == 503 and answer.headers["retry-after"] == str(RETRY_AFTER_S)
     assert answer.json()["error"]["type"] == "service_unavailable"
+
+
+def test_the_engine_is_decided_once_from_the_settings():
+    def on_ray(**options):
+        return ServeSettings(source="tiny", threads=1, **options).runs_on_ray
+
+    assert not on_ray() and not on_ray(device="cuda")  # one replica here: one process
+    assert on_ray(replicas=2) and on_ray(ray_address="ray://head:10001") and on_ray(engine="ray")
+    with pytest.raises(ValueError, match="--engine process runs one replica in this process, and 2 replica"):
+        ServeSettings(source="tiny", threads=1, engine="process", replicas=2)
+    with pytest.raises(ValueError, match=r"port must be between 1 and 65535, got 0 \(0, any free port, needs"):
+        ServeSettings(source="tiny", threads=1, engine="ray", port=0)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        ServeSettings(source="tiny", threads=1, engine="uvicorn")
+
+
+def test_a_port_in_use_is_said_before_anything_loads():
+    import socket
+
+    from spacy_elmo.serving.process_engine import bound_socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ValueError, match=f"cannot listen on 127.0.0.1:{port} .*give another --port"):
+            bound_socket("127.0.0.1", port)
+    free = bound_socket("127.0.0.1", 0)
+    try:
+        assert free.getsockname()[1] > 0
+    finally:
+        free.close()
+
+
+def test_an_answer_pools_the_mix_computed_once_to_the_bits_of_the_extensions(embedder):
+    """``/embed`` mixes each doc's tokens once and pools them for the doc and its sentences: the
+    numbers of ``doc._.elmo``, ``sent._.elmo`` and ``token._.elmo`` to the bit, on 60 real lines of
+    1 to 5 sentences (spaces and punctuation included)."""
+    from spacy_elmo.serving.requests import EmbedRequest
+    from spacy_elmo.serving.responses import embed_requests
+
+    lines = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
+    texts = [line for line in lines if line.strip()][:60] + ["Two  spaces, and a tab\there. Then more."]
+    bodies, _ = embed_requests(embedder.nlp, [EmbedRequest(texts=tuple(texts))])
+    answered = orjson.loads(bodies[0])["docs"]
+    for text, got in zip(texts, answered):
+        doc = embedder.nlp(text)
+        assert np.array_equal(np.array(got["vector"], dtype=np.float32), doc._.elmo)
+        for sent, expected in zip(got["sentences"], doc.sents):
+            assert np.array_equal(np.array(sent["vector"], dtype=np.float32), expected._.elmo)
+        assert np.array_equal(np.array(got["vectors"], dtype=np.float32), np.stack([t._.elmo for t in doc]))
+    assert sum(len(got["sentences"]) > 1 for got in answered) >= 5, "docs of several sentences were checked"

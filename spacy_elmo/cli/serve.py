@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from wasabi import msg
@@ -15,6 +15,11 @@ MAX_WAIT_MS = typer.Option(
 )
 MAX_CONCURRENT_REQUESTS = typer.Option(
     0, help="Embedding requests in the service beyond which a request gets 429 at once (0: no limit)."
+)
+ENGINE = typer.Option(
+    "auto",
+    help="process: the server and one replica in this process; ray: Ray Serve, each replica in its own process "
+    "(auto: process for one replica here, ray for --replicas above 1 or --ray-address).",
 )
 API_KEY = typer.Option(
     None,
@@ -32,9 +37,9 @@ def serve(
         "published model's name or a URL (read by blank(--lang) + sentencizer + elmo).",
     ),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on (0: any free port, printed once listening)."),
     lang: str = typer.Option(None, help="Language of the blank pipeline around weights (default: the model's)."),
-    replicas: int = typer.Option(1, help="Copies of the pipeline, each in its own process (Ray Serve replicas)."),
+    replicas: int = typer.Option(1, help="Copies of the pipeline; above 1, each in its own process on Ray Serve."),
     threads: int = typer.Option(0, help="Torch threads per replica (0: the machine's CPU count)."),
     max_batch_tokens: int = typer.Option(4096, help="A free replica takes the requests waiting, up to so many tokens."),
     max_wait_ms: float = MAX_WAIT_MS,
@@ -42,8 +47,9 @@ def serve(
     max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
     api_key: str = API_KEY,
     precision: str = typer.Option(None, help="fp32, bf16 or int8 (default: the pipeline's)."),
-    ray_address: str = typer.Option(None, help="A Ray cluster to join (default: start Ray on this machine)."),
-    device: str = typer.Option("cpu", help="cpu, or cuda: each replica on a CUDA GPU of its own (Ray assigns them)."),
+    ray_address: str = typer.Option(None, help="A Ray cluster to join (with --engine ray; default: this machine)."),
+    device: str = typer.Option("cpu", help="cpu, or cuda: each replica on a CUDA GPU of its own."),
+    engine: str = ENGINE,
 ) -> None:
     """Serve ELMo over HTTP with continuous batching: POST /embed (JSON texts or words in; vectors
     out), POST /v1/embeddings (OpenAI's API), GET /metadata, /metrics, /health, /ready. Each request
@@ -51,33 +57,47 @@ def serve(
     flight first.
 
     curl -s localhost:8000/embed -d '{"texts": ["The cat sat."]}'"""
-    settings = _checked_settings(
-        ray_address,
-        source=source,
-        lang=lang,
-        host=host,
-        port=port,
-        replicas=replicas,
-        threads=threads,
-        batching=batching,
-        max_batch_tokens=max_batch_tokens,
-        max_wait_ms=max_wait_ms,
-        max_concurrent_requests=max_concurrent_requests or None,
-        api_key=api_key,
-        precision=precision,
-        device=device,
-    )
-    from ..serving.gateway import ROUTE_LIST
-    from ..serving.service import serve_until_stopped, start
+    from ..serving.service import Stopped, stop_before_serving_on_sigterm
 
-    where = "a CUDA GPU per replica" if device == "cuda" else "the CPU"
-    msg.info(f"Serving {source} on {where}, http://{host}:{port} ({ROUTE_LIST})")
+    stop_before_serving_on_sigterm()
     try:
-        start(settings, ray_address)
-    except ValueError as err:  # a cluster without the GPUs asked for
-        msg.fail("Bad setting", str(err), exits=1)
-    msg.info("Ctrl-C stops; SIGTERM answers the requests in flight, then stops")
-    serve_until_stopped(on_drain=_drained)
+        _serve(
+            source=source,
+            lang=lang,
+            host=host,
+            port=port,
+            replicas=replicas,
+            threads=threads,
+            batching=batching,
+            max_batch_tokens=max_batch_tokens,
+            max_wait_ms=max_wait_ms,
+            max_concurrent_requests=max_concurrent_requests or None,
+            api_key=api_key,
+            precision=precision,
+            device=device,
+            engine=engine,
+            ray_address=ray_address,
+        )
+    except Stopped:
+        msg.good("Stopped before serving (SIGTERM): no request was admitted")
+
+
+def _serve(**options: Any) -> None:
+    settings = _checked_settings(**options)
+    from ..serving.gateway import ROUTE_LIST
+    from ..serving.service import run
+
+    where = "a CUDA GPU per replica" if settings.device == "cuda" else "the CPU"
+    how = "on Ray Serve" if settings.runs_on_ray else "in this process"
+    msg.info(f"Serving {settings.source} on {where}, {how} ({ROUTE_LIST})")
+    try:
+        run(settings, on_ready=_ready, on_drain=_drained)
+    except ValueError as err:  # a port in use, a cluster without the GPUs asked for
+        msg.fail("Cannot serve", str(err), exits=1)
+
+
+def _ready(url: str) -> None:
+    msg.info(f"Listening on {url}: Ctrl-C stops; SIGTERM answers the requests in flight, then stops")
 
 
 def _drained(left: int) -> None:
@@ -87,24 +107,36 @@ def _drained(left: int) -> None:
         msg.good("Drained: every request in flight was answered; stopping")
 
 
-def _checked_settings(ray_address: Optional[str], **options: Any) -> Any:
-    """The ``ServeSettings`` of the command's ``options``, checked before Ray starts (the serve extra
-    installed, every value in range, the GPUs of ``--device cuda`` on this machine unless a cluster
-    is joined); a message that says what to fix, and exit 1, otherwise."""
+def _checked_settings(**options: Any) -> Any:
+    """The ``ServeSettings`` of the command's ``options``, checked before anything starts (the serve
+    extra installed, every value in range, the GPUs of ``--device cuda`` on this machine unless a
+    cluster is joined); a message that says what to fix, and exit 1, otherwise."""
     try:
-        import orjson  # noqa: F401  (the serve extra: checked before Ray starts)
-        import ray.serve  # noqa: F401
-
         from ..kernels.precision import check_precision
         from ..serving.settings import ServeSettings, check_gpus_here, machine_threads
 
         options["precision"] = options["precision"] and check_precision(options["precision"])
         options["threads"] = options["threads"] or machine_threads()
         settings = ServeSettings(**options)
-        if ray_address is None:
-            check_gpus_here(settings)  # a cluster's GPUs are counted once joined (serving.service.start)
+        _check_serve_extra(settings)
+        if settings.ray_address is None:
+            check_gpus_here(settings)  # a cluster's GPUs are counted once joined (serving.ray_engine)
     except ImportError as err:
-        msg.fail("serve needs Ray Serve and orjson", f'{err}; pip install "spacy-elmo[serve]"', exits=1)
+        msg.fail("serve needs the serve extra", f'{err}; pip install "spacy-elmo[serve]"', exits=1)
     except ValueError as err:
         msg.fail("Bad setting", str(err), exits=1)
     return settings
+
+
+def _check_serve_extra(settings: Any) -> None:
+    """An ImportError where a package the engine needs is missing. Ray is looked for, not imported:
+    the engine imports it in its own way (``serving.ray_engine``)."""
+    from importlib.util import find_spec
+
+    import orjson  # noqa: F401
+    import prometheus_client  # noqa: F401
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+
+    if settings.runs_on_ray and find_spec("ray") is None:
+        raise ImportError("No module named 'ray'")

@@ -23,7 +23,7 @@ docs rebuilt from bytes: ``import spacy_elmo; spacy_elmo.install_vector_hooks(do
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from spacy.tokens import Doc, Span, Token
@@ -65,11 +65,18 @@ def doc_elmo(doc: Doc) -> np.ndarray:
     return _pooled(doc, 0, len(doc))
 
 
-def _pooled(doc: Doc, start: int, end: int, centred: bool = False) -> np.ndarray:
+def pooled(doc: Doc, start: int, end: int, mixed: Optional[np.ndarray] = None) -> np.ndarray:
+    """(2P,): ``span._.elmo`` of doc[start:end], the mixed vectors of its tokens that are not
+    whitespace pooled. ``mixed``: the doc's mixed vectors (n, 2P) where a caller pooling several
+    spans computed them once (a token's mix does not depend on the others: the same numbers)."""
+    return _pooled(doc, start, end, mixed=mixed)
+
+
+def _pooled(doc: Doc, start: int, end: int, centred: bool = False, mixed: Optional[np.ndarray] = None) -> np.ndarray:
     keep = [i for i in range(start, end) if not doc[i].is_space]
     if not keep:
         return np.zeros(vector_width(doc), dtype=np.float32)
-    vectors = mixed_vectors(doc, keep)
+    vectors = mixed_vectors(doc, keep) if mixed is None else mixed[keep]
     return mix_of(doc).pool(_centred(doc, vectors) if centred else vectors)
 
 

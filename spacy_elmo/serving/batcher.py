@@ -3,6 +3,13 @@ worker is free it takes every request waiting, oldest first, up to a token budge
 one batch. A lone request starts at once (no timer holds it), and under load batches grow by
 themselves to what arrived during the last one.
 
+Clients in a closed loop (each sends its next request when its answer arrives) would otherwise
+split into two alternating batches: the answers of a batch of n go out while the one request that
+arrived meanwhile runs alone, and the n come back while it runs. So a replica that frees up with
+fewer requests waiting than it saw last time (the last batch and those that arrived while it ran)
+waits for that many, at most ``REFILL_SHARE`` of the last batch's run time. A lone client is never
+held: it saw one request, and one waits.
+
 The worker is one thread the replica owns (``ThreadPoolExecutor(max_workers=1)``), which also loaded
 the pipeline: CUDA's current device and cupy's state are per thread, and a GPU pipeline must be
 called from the thread that set them up. The event loop stays free meanwhile, so health, metrics and
@@ -22,6 +29,8 @@ from typing import Callable, Deque, Generic, List, Optional, Tuple, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+
+REFILL_SHARE = 0.25  # the longest refill wait, as a share of the last batch's run time
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,8 @@ class ContinuousBatcher(Generic[Item, Result]):
 
     ``size(item)``: what the budget ``max_tokens`` counts (an item above it runs alone); ``docs(item)``:
     for the figures. ``max_requests``: most items a batch (1: each alone). ``max_wait_s`` above 0 holds
-    a batch that is under its budget until its oldest item is that old."""
+    a batch that is under its budget until its oldest item is that old; at 0, the refill wait holds
+    it (see the module docstring). ``clock``: seconds, for the waits (``time.monotonic``)."""
 
     def __init__(
         self,
@@ -67,13 +77,17 @@ class ContinuousBatcher(Generic[Item, Result]):
         max_tokens: int,
         max_requests: Optional[int] = None,
         max_wait_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.run, self.worker, self.size, self.docs = run, worker, size, docs
         self.max_tokens, self.max_requests, self.max_wait_s = max_tokens, max_requests, max_wait_s
+        self.clock = clock
         self._queue: Deque[_Waiting[Item, Result]] = deque()
         self._arrival = asyncio.Event()
         self._task: Optional["asyncio.Task[None]"] = None
         self._batches = 0
+        self._seen = 1  # requests the last batch saw: its own and those that arrived while it ran
+        self._last_run_s = 0.0
 
     @property
     def waiting(self) -> int:
@@ -83,11 +97,12 @@ class ContinuousBatcher(Generic[Item, Result]):
     async def submit(self, item: Item) -> Tuple[Result, BatchFigures]:
         """``item``'s result and the figures of the batch it ran in."""
         loop = asyncio.get_running_loop()
-        entry = _Waiting(item, self.size(item), self.docs(item), time.monotonic(), loop.create_future())
+        entry = _Waiting(item, self.size(item), self.docs(item), self.clock(), loop.create_future())
         self._queue.append(entry)
-        self._arrival.set()
         if self._task is None or self._task.done():
+            self._arrival = asyncio.Event()  # the serving task's own: an event belongs to one loop
             self._task = loop.create_task(self._serve())
+        self._arrival.set()
         return await entry.future
 
     async def _serve(self) -> None:
@@ -101,6 +116,7 @@ class ContinuousBatcher(Generic[Item, Result]):
             self._batches += 1
             waiting = self.waiting  # when the batch starts
             items = [entry.item for entry in batch]
+            started = self.clock()
             try:
                 results, tokens = await loop.run_in_executor(self.worker, self.run, items)
             except Exception as failure:  # each request of the batch gets the error; the batcher goes on
@@ -108,6 +124,9 @@ class ContinuousBatcher(Generic[Item, Result]):
                     if not entry.future.done():
                         entry.future.set_exception(failure)
                 continue
+            finally:
+                self._last_run_s = self.clock() - started
+                self._seen = len(batch) + self.waiting
             figures = BatchFigures(self._batches, len(batch), sum(e.docs for e in batch), tokens, waiting)
             reported = False
             for entry, result in zip(batch, results):
@@ -116,15 +135,22 @@ class ContinuousBatcher(Generic[Item, Result]):
                     reported = True
 
     async def _hold(self) -> None:
-        """With ``max_wait_s``, wait for more requests until the budget is full (its tokens, or its
-        ``max_requests``) or the oldest waiting request is that old."""
-        if self.max_wait_s <= 0:
-            return
-        deadline = self._queue[0].arrived + self.max_wait_s
-        while not self._full() and time.monotonic() < deadline:
+        """Wait for more requests until the budget is full (its tokens, or its ``max_requests``) or
+        the deadline: with ``max_wait_s``, until the oldest waiting request is that old; otherwise the
+        refill wait (see the module docstring)."""
+        if self.max_wait_s > 0:
+            await self._wait_while(lambda: not self._full(), self._queue[0].arrived + self.max_wait_s)
+        else:
+            expected = self._seen if self.max_requests is None else min(self._seen, self.max_requests)
+            deadline = self.clock() + REFILL_SHARE * self._last_run_s
+            await self._wait_while(lambda: self.waiting < expected and not self._full(), deadline)
+
+    async def _wait_while(self, holding: Callable[[], bool], deadline: float) -> None:
+        """Wait for arrivals while ``holding()`` and the deadline (on ``clock``) is ahead."""
+        while holding() and self.clock() < deadline:
             self._arrival.clear()
             try:
-                await asyncio.wait_for(self._arrival.wait(), deadline - time.monotonic())
+                await asyncio.wait_for(self._arrival.wait(), deadline - self.clock())
             except asyncio.TimeoutError:
                 break
 

@@ -1,6 +1,7 @@
 """The replicas that embed: each loads the pipeline once, on a thread of its own, and runs every
 batch there (``batcher.ContinuousBatcher``). The gateway (``gateway``) calls ``Embedder.embed``
-through a Ray Serve handle; on a cluster, several of them share the load.
+directly where the service runs in one process (``process_engine``), or through a Ray Serve handle
+(``ray_engine``), where several of them on a cluster share the load.
 
 The thread is the replica's own because Ray Serve runs a replica's constructor and its methods on
 different threads, while CUDA's current device and cupy's state are per thread: a GPU pipeline is
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Tuple, Type
 
 from .batcher import BatchFigures, ContinuousBatcher
 from .requests import EmbedRequest
@@ -34,7 +35,10 @@ class Embedded:
 
 
 class Embedder:
-    """One replica: the pipeline, loaded once on its worker thread, and its batcher."""
+    """One replica: the pipeline, loaded once on its worker thread, and its batcher. It is the
+    gateway's ``Replicas`` where both run in one process (no call of it is lost)."""
+
+    lost: Tuple[Type[BaseException], ...] = ()
 
     def __init__(self, settings: ServeSettings) -> None:
         import torch
@@ -59,7 +63,7 @@ class Embedder:
         body, batch = await self.batcher.submit(request)
         return Embedded(body, batch, self.replica)
 
-    def describe(self) -> Dict[str, Any]:
+    async def describe(self) -> Dict[str, Any]:
         """What ``GET /metadata`` says of the pipeline and this replica."""
         return self.about
 

@@ -1,5 +1,5 @@
-"""The service's front door: every HTTP request comes here first (the Ray Serve application's
-ingress), and embedding requests go on to the replicas (``embedder.Embedder``) through a handle.
+"""The service's front door: every HTTP request comes here first, and embedding requests go on to
+the replicas that embed (``Replicas``: the pipeline in this process, or Ray Serve replicas).
 
     POST /embed            docs in, vectors out (``requests``, ``responses``)
     POST /v1/embeddings    OpenAI's embeddings API (``openai_api``)
@@ -22,7 +22,7 @@ import hmac
 import logging
 import time
 from dataclasses import asdict
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, Type
+from typing import Any, Awaitable, Callable, Dict, Optional, Protocol, Tuple, Type
 
 import orjson
 
@@ -55,16 +55,29 @@ class ReplicaUnavailable(Exception):
     """No replica answered a request, after one retry."""
 
 
-class Gateway:
-    """The ingress (see the module docstring). ``embedder``: a Ray Serve handle to the ``Embedder``
-    deployment (anything whose ``embed`` and ``describe`` have an awaitable ``.remote``)."""
+class Replicas(Protocol):
+    """Where the gateway's embedding requests run: ``embed`` one request, ``describe`` the model
+    (``embedder.Embedder.describe``); ``lost``: what both raise where the replica that took the call
+    died or could not be reached (nothing, in this process)."""
 
-    def __init__(self, settings: ServeSettings, embedder: Any) -> None:
+    lost: Tuple[Type[BaseException], ...]
+
+    async def embed(self, request: EmbedRequest) -> Embedded: ...
+
+    async def describe(self) -> Dict[str, Any]: ...
+
+
+class Gateway:
+    """The ingress (see the module docstring), in front of ``replicas``."""
+
+    def __init__(self, settings: ServeSettings, replicas: Replicas) -> None:
         self.settings = settings
-        self.embedder = embedder
+        self.replicas = replicas
         self.metrics = ServiceMetrics(settings.replicas)
         self.in_service = 0
         self.draining = False
+        self._idle = asyncio.Event()  # set while no embedding request is in the service
+        self._idle.set()
         self._width: Optional[int] = None  # the model's vector width, once a replica said it
 
     async def __call__(self, request: Any) -> Any:
@@ -76,12 +89,28 @@ class Gateway:
         self.metrics.answered(route, response.status_code, time.perf_counter() - started)
         return response
 
+    async def asgi(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        """The gateway as an ASGI application (for an ASGI server such as uvicorn): HTTP only."""
+        from starlette.requests import Request
+
+        if scope["type"] != "http":
+            raise ValueError(f"the service speaks HTTP only, not {scope['type']!r}")
+        response = await self(Request(scope, receive))
+        await response(scope, receive, send)
+
     def drain(self) -> int:
         """Refuse new embedding requests with 503 from now on; the requests still in the service."""
         self.draining = True
         return self.in_service
 
-    def requests_in_service(self) -> int:
+    async def drained(self, seconds: float) -> int:
+        """Drain (``drain``), then wait up to ``seconds`` for the requests in the service to be
+        answered; how many were left unanswered."""
+        self.drain()
+        try:
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
         return self.in_service
 
     async def _route(self, request: Any, path: str) -> Any:
@@ -98,7 +127,7 @@ class Gateway:
         if path == "/v1/embeddings":
             try:
                 width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
-            except replica_lost_errors() + (asyncio.TimeoutError,) as lost:
+            except self.replicas.lost + (asyncio.TimeoutError,) as lost:
                 message = f"no replica could describe the model ({type(lost).__name__}): retry later"
                 return json_response(error(503, message), 503, {"Retry-After": str(RETRY_AFTER_S)})
             return await self._embedding(
@@ -124,8 +153,7 @@ class Gateway:
         if limit is not None and self.in_service >= limit:
             message = f"{self.in_service} requests in the service, the limit (--max-concurrent-requests): retry later"
             return json_response(error(429, message), 429, retry)
-        self.in_service += 1
-        self.metrics.in_service.set(self.in_service)
+        self._admit(+1)
         try:
             try:
                 parsed = parse(await self._body(request))
@@ -138,8 +166,16 @@ class Gateway:
             self.metrics.ran(embedded.replica, embedded.batch)
             return json_response(embedded.body)
         finally:
-            self.in_service -= 1
-            self.metrics.in_service.set(self.in_service)
+            self._admit(-1)
+
+    def _admit(self, change: int) -> None:
+        """Count a request into (+1) or out of (-1) the service."""
+        self.in_service += change
+        self.metrics.in_service.set(self.in_service)
+        if self.in_service:
+            self._idle.clear()
+        else:
+            self._idle.set()
 
     async def _body(self, request: Any) -> bytes:
         """The body, refused unread where its declared length is over the limit."""
@@ -155,15 +191,15 @@ class Gateway:
 
     async def _embedded(self, request: EmbedRequest) -> Embedded:
         """The replicas' answer; sent once more where the first replica died under it."""
-        lost = replica_lost_errors()
+        lost = self.replicas.lost
         lost_or_late = lost + (asyncio.TimeoutError,)
         try:
-            return await self.embedder.embed.remote(request)
+            return await self.replicas.embed(request)
         except lost as first:
             self.metrics.replicas_lost.inc()
             logger.warning("spacy-elmo serve: a replica was lost under a request (%s); sending it again", first)
         try:
-            return await _within(self.embedder.embed.remote(request), RETRY_WAIT_S)
+            return await _within(self.replicas.embed(request), RETRY_WAIT_S)
         except lost_or_late as second:  # the request is counted in replicas_lost already
             raise ReplicaUnavailable(
                 f"no replica could embed the request (one was lost, and none answered within {RETRY_WAIT_S:.0f} s: "
@@ -172,7 +208,7 @@ class Gateway:
 
     async def _about(self) -> Dict[str, Any]:
         """``/metadata``: a replica's description and the service's settings."""
-        described = await self.embedder.describe.remote()
+        described = await self.replicas.describe()
         self._width = described["elmo"]["width"]
         settings = self.settings
         return {
@@ -189,7 +225,7 @@ class Gateway:
 
     async def _replica_answers(self) -> bool:
         try:
-            await _within(self.embedder.describe.remote(), READY_WAIT_S)
+            await _within(self.replicas.describe(), READY_WAIT_S)
         except Exception:  # no replica, or none in time: not ready
             return False
         return True
@@ -201,14 +237,6 @@ class Gateway:
             return True
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
-
-
-def replica_lost_errors() -> Tuple[Type[BaseException], ...]:
-    """What awaiting a replica raises where it died or cannot be reached."""
-    from ray.exceptions import RayActorError
-    from ray.serve.exceptions import BackPressureError
-
-    return (RayActorError, BackPressureError)
 
 
 async def _within(answer: Awaitable[Any], seconds: float) -> Any:

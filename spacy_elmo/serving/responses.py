@@ -17,6 +17,7 @@ import orjson
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from ..pipeline.extensions import pooled
 from ..pipeline.storage import mixed_vectors, stored_layers
 from .openai_api import openai_body
 from .requests import EmbedRequest
@@ -49,16 +50,19 @@ def answer(docs: Sequence[Doc], request: EmbedRequest) -> bytes:
 
 
 def doc_payload(doc: Doc, tokens: str, dtype: type) -> Dict[str, Any]:
-    """One doc's words and vectors; ``tokens``: "mix", "layers" or "none" (see the module docstring)."""
+    """One doc's words and vectors; ``tokens``: "mix", "layers" or "none" (see the module docstring).
+    The tokens' mixed vectors are computed once, and pooled for the doc and each sentence."""
+    mixed = mixed_vectors(doc, slice(0, len(doc)))
     payload: Dict[str, Any] = {
         "words": [token.text for token in doc],
-        "vector": _numbers(doc._.elmo, dtype),
+        "vector": _numbers(pooled(doc, 0, len(doc), mixed), dtype),
         "sentences": [
-            {"start": sent.start, "end": sent.end, "vector": _numbers(sent._.elmo, dtype)} for sent in _sentences(doc)
+            {"start": sent.start, "end": sent.end, "vector": _numbers(pooled(doc, sent.start, sent.end, mixed), dtype)}
+            for sent in _sentences(doc)
         ],
     }
     if tokens == "mix":
-        payload["vectors"] = _numbers(mixed_vectors(doc, slice(0, len(doc))), dtype)
+        payload["vectors"] = _numbers(mixed, dtype)
     elif tokens == "layers":
         payload["layers"] = _numbers(stored_layers(doc).transpose(1, 0, 2), dtype)
     return payload

@@ -1,118 +1,84 @@
-"""``python -m spacy_elmo serve``: the pipeline behind HTTP on Ray Serve. Two deployments make the
-application: the gateway (``gateway.Gateway``: routes, keys, limits, retries, metrics) and the
-embedders (``embedder.Embedder``: the pipeline and its continuous batching), one per replica, on the
-CPU or one CUDA GPU each, on one machine or a cluster. Ctrl-C stops at once; SIGTERM drains first:
-requests in flight are answered, new ones refused with 503, then the service stops.
+"""``python -m spacy_elmo serve``: the pipeline behind HTTP. The engine is decided once, from the
+settings (``ServeSettings.runs_on_ray``): one replica on this machine runs in this process
+(``process_engine``: uvicorn, the gateway and the pipeline together); more replicas, or a cluster,
+run on Ray Serve (``ray_engine``). Both put the same gateway (``gateway.Gateway``: routes, key,
+limits, metrics, drain) in front of the same replica (``embedder.Embedder``: the pipeline and its
+continuous batching).
+
+Signals, from the moment ``run`` is called: SIGTERM before the service answers stops what was
+started and returns (nothing was admitted: ``Stopped``); once it answers, SIGTERM drains (requests
+in the service are answered, new ones refused with 503, for up to ``DRAIN_S`` seconds) and stops;
+SIGINT (Ctrl-C) stops at once.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
-import threading
-import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Optional, Protocol
 
-from .embedder import Embedder
-from .gateway import Gateway
-from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster
+from .settings import ServeSettings
 
-APP_NAME = "spacy-elmo"
-MOST_ONGOING = 10_000  # requests a deployment takes at once: the gateway's limit, not Ray's, decides
-DRAIN_S = 60.0  # how long SIGTERM waits for the requests in flight
+DRAIN_S = 60.0  # how long SIGTERM waits for the requests in the service
 
 
-def replica_options(settings: ServeSettings) -> Dict[str, Any]:
-    """What Ray reserves for one embedder: no CPUs (its torch threads are ``settings.threads``; Ray's
-    count would cap them), and with ``--device cuda`` one GPU (Ray sets the replica's
-    CUDA_VISIBLE_DEVICES to it)."""
-    options: Dict[str, Any] = {"num_cpus": 0}
-    if settings.device == "cuda":
-        options["num_gpus"] = 1
-    return options
+class Stopped(Exception):
+    """SIGTERM arrived before the service answered: it stopped without admitting a request."""
 
 
-def embedder_deployment(settings: ServeSettings) -> Any:
-    """The embedders: ``settings.replicas`` replicas of ``Embedder`` (made without Ray running)."""
-    from ray import serve
+class Engine(Protocol):
+    """What runs the service: ``start`` it (returns once it answers at ``url``), ``serve`` until a
+    signal (SIGTERM: drain for up to ``drain_s`` seconds, then ``on_drain(left)``), ``stop`` what
+    ``start`` started (also after a failed or interrupted start)."""
 
-    return serve.deployment(
-        name="embedder",
-        num_replicas=settings.replicas,
-        ray_actor_options=replica_options(settings),
-        max_ongoing_requests=MOST_ONGOING,
-    )(Embedder)
+    @property
+    def url(self) -> str: ...
 
+    def start(self) -> None: ...
 
-def application(settings: ServeSettings) -> Any:
-    """The Ray Serve application: one gateway in front of the embedders."""
-    from ray import serve
+    def serve(self, drain_s: float, on_drain: Callable[[int], None]) -> None: ...
 
-    embedders = embedder_deployment(settings).bind(settings)
-    gateway = serve.deployment(
-        name="gateway", num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=MOST_ONGOING
-    )(Gateway)
-    return gateway.bind(settings, embedders)
+    def stop(self) -> None: ...
 
 
-def start(settings: ServeSettings, address: Optional[str] = None) -> None:
-    """Start Ray (or join ``address``) and the application; returns once it answers. A ValueError
-    that says what to do where the GPUs asked for are not there: before Ray starts on this machine,
-    once joined on a cluster (Ray, if started here, stopped again)."""
-    import ray
-    from ray import serve
+def engine_for(settings: ServeSettings) -> Engine:
+    """The engine ``settings`` ask for (see the module docstring), not yet started."""
+    if settings.runs_on_ray:
+        from .ray_engine import RayEngine
 
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address is None:
-            check_gpus_here(settings)
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        return RayEngine(settings)
+    from .process_engine import ProcessEngine
+
+    return ProcessEngine(settings)
+
+
+def stop_before_serving_on_sigterm() -> Any:
+    """From now until the service answers, SIGTERM raises ``Stopped`` in the main thread; the
+    handler it replaced."""
+
+    def stopped(signum: int, frame: Any) -> None:
+        raise Stopped("SIGTERM before the service answered")
+
+    return signal.signal(signal.SIGTERM, stopped)
+
+
+def run(
+    settings: ServeSettings,
+    on_ready: Callable[[str], None],
+    on_drain: Callable[[int], None],
+    engine: Optional[Engine] = None,
+) -> None:
+    """Start the service, tell ``on_ready`` its URL, serve until a signal (see the module docstring;
+    ``on_drain(left)`` after a drain, ``left`` the requests unanswered), and stop. Raises
+    ``Stopped`` where SIGTERM came first, and a ValueError that says what to fix where the service
+    cannot start (a port in use, GPUs missing)."""
+    before = stop_before_serving_on_sigterm()
+    running = engine if engine is not None else engine_for(settings)
     try:
-        check_gpus_of_cluster(ray, settings)
-    except ValueError:
-        if started_here:
-            ray.shutdown()
-        raise
-    serve.start(http_options={"host": settings.host, "port": settings.port}, logging_config={"log_level": "WARNING"})
-    serve.run(application(settings), name=APP_NAME, route_prefix="/", blocking=False)
-
-
-def stop() -> None:
-    import ray
-    from ray import serve
-
-    serve.shutdown()
-    ray.shutdown()
-
-
-def drain(seconds: float = DRAIN_S) -> int:
-    """Have the gateway refuse new embedding requests (503), then wait up to ``seconds`` for those in
-    the service to be answered; how many were left unanswered."""
-    from ray import serve
-
-    gateway = serve.get_app_handle(APP_NAME)
-    left = gateway.drain.remote().result()
-    deadline = time.monotonic() + seconds
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = gateway.requests_in_service.remote().result()
-    time.sleep(0.2)  # the last answers leave the proxy
-    return left
-
-
-def serve_until_stopped(on_drain: Any = None) -> None:
-    """Sleep while the started application serves. Ctrl-C stops it and Ray at once; SIGTERM drains
-    it first (``drain``; ``on_drain(left)`` told how many requests were left unanswered)."""
-    terminated = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
-    try:
-        while not terminated.wait(0.5):
-            pass
-        left = drain()
-        if on_drain is not None:
-            on_drain(left)
+        running.start()
+        on_ready(running.url)
+        running.serve(DRAIN_S, on_drain)
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        stop()
+        running.stop()
+        signal.signal(signal.SIGTERM, before)

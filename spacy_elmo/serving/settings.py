@@ -10,6 +10,8 @@ from typing import Any, Optional
 from .requests import ServeLimits
 
 DEVICES = ("cpu", "cuda")
+ENGINES = ("auto", "process", "ray")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 API_KEY_VARIABLE = "SPACY_ELMO_API_KEY"
 
 
@@ -27,7 +29,12 @@ class ServeSettings:
     (oldest first, up to ``max_batch_tokens``), waiting ``max_wait_ms`` for more only where that is
     above 0. ``max_concurrent_requests``: embedding requests in the service beyond which a request is
     answered 429 at once (None: no bound). ``api_key``: the bearer token every route but /health and
-    /ready asks for (None: none). ``device``: "cpu", or "cuda" for one CUDA GPU per replica."""
+    /ready asks for (None: none). ``device``: "cpu", or "cuda" for one CUDA GPU per replica.
+
+    ``engine``: "process" runs the HTTP server, the gateway and the one replica in this process
+    (uvicorn); "ray" runs them on Ray Serve, each replica in a process of its own, on this machine or
+    the cluster at ``ray_address``; "auto" (the default) is "process" for one replica here, "ray"
+    for more replicas or a cluster. Read the choice from ``runs_on_ray``."""
 
     source: str
     lang: Optional[str] = None
@@ -42,10 +49,12 @@ class ServeSettings:
     api_key: Optional[str] = field(default=None, repr=False)
     precision: Optional[str] = None
     device: str = "cpu"
+    engine: str = "auto"
+    ray_address: Optional[str] = None
     limits: ServeLimits = ServeLimits()
 
     def __post_init__(self) -> None:
-        for name in ("port", "replicas", "threads", "max_batch_tokens"):
+        for name in ("replicas", "threads", "max_batch_tokens"):
             _check_positive(name, getattr(self, name))
         if self.max_concurrent_requests is not None:
             _check_positive("max_concurrent_requests", self.max_concurrent_requests)
@@ -56,11 +65,37 @@ class ServeSettings:
                 f"serve: device must be one of {DEVICES}, got {self.device!r}: --device cpu, or --device cuda "
                 "for one NVIDIA GPU per replica."
             )
+        if self.engine not in ENGINES:
+            raise ValueError(f"serve: engine must be one of {ENGINES}, got {self.engine!r}.")
+        if self.engine == "process" and (self.replicas > 1 or self.ray_address is not None):
+            raise ValueError(
+                f"serve: --engine process runs one replica in this process, and {self.replicas} replica(s)"
+                f"{' on the cluster at ' + self.ray_address if self.ray_address else ''} were asked for: "
+                "give --engine ray (or leave --engine out), or --replicas 1 without --ray-address."
+            )
+        lowest = 1 if self.runs_on_ray else 0  # 0: any free port, which Ray's proxy cannot report
+        if not isinstance(self.port, int) or isinstance(self.port, bool) or not lowest <= self.port <= 65535:
+            raise ValueError(
+                f"serve: port must be between {lowest} and 65535, got {self.port!r}"
+                f"{' (0, any free port, needs --engine process)' if self.port == 0 else ''}."
+            )
         if self.api_key is not None and (not self.api_key or not self.api_key.isascii() or " " in self.api_key):
             raise ValueError(
                 "serve: the API key must be non-empty printable ASCII without spaces (it travels in an "
                 f"Authorization header): give another --api-key or {API_KEY_VARIABLE}."
             )
+
+    @property
+    def runs_on_ray(self) -> bool:
+        """Whether the service runs on Ray Serve (see ``engine``)."""
+        if self.engine == "auto":
+            return self.replicas > 1 or self.ray_address is not None
+        return self.engine == "ray"
+
+    @property
+    def local_host(self) -> bool:
+        """Whether the service listens on this machine's loopback interface only."""
+        return self.host in LOOPBACK_HOSTS
 
     @property
     def gpu_id(self) -> int:

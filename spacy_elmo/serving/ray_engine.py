@@ -1,0 +1,242 @@
+"""The service on Ray Serve (``--engine ray``: more than one replica, or a cluster): Ray's HTTP proxy
+in front, the gateway (``gateway.Gateway``) as the application's ingress, and the embedders
+(``embedder.Embedder``), one per replica, each in a process of its own, on the CPU or one CUDA GPU
+each, on this machine or anywhere in the cluster. A request crosses three processes (proxy,
+gateway, replica); in return a replica that dies costs no request (the gateway sends it again).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple, Type
+
+from .embedder import Embedded, Embedder
+from .gateway import Gateway
+from .requests import EmbedRequest
+from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster
+
+APP_NAME = "spacy-elmo"
+MOST_ONGOING = 10_000  # requests a deployment takes at once: the gateway's limit, not Ray's, decides
+PROXY_FLUSH_S = 0.2  # after a drain, for the last answers to leave Ray's proxy
+STOP_WAIT_S = 10.0  # how long Ray's processes get to exit after ray.shutdown, before SIGKILL
+# Ray's driver installs a C++ handler that aborts the process (SIGABRT) on SIGTERM unless this is
+# set when Ray is imported; the service handles SIGTERM itself (a drain).
+NO_ABORT_ON_SIGTERM = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+OnDrain = Callable[[int], None]
+
+
+def replica_lost_errors() -> Tuple[Type[BaseException], ...]:
+    """What awaiting a replica raises where it died or cannot be reached."""
+    from ray.exceptions import RayActorError
+    from ray.serve.exceptions import BackPressureError
+
+    return (RayActorError, BackPressureError)
+
+
+class RayReplicas:
+    """The gateway's ``Replicas`` over a Ray Serve handle to the embedder deployment."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.lost = replica_lost_errors()
+
+    async def embed(self, request: EmbedRequest) -> Embedded:
+        return await self.handle.embed.remote(request)
+
+    async def describe(self) -> Dict[str, Any]:
+        return await self.handle.describe.remote()
+
+
+class RayGateway:
+    """The application's ingress: a ``Gateway`` in front of the embedder deployment's handle."""
+
+    def __init__(self, settings: ServeSettings, embedders: Any) -> None:
+        self.gateway = Gateway(settings, RayReplicas(embedders))
+
+    async def __call__(self, request: Any) -> Any:
+        return await self.gateway(request)
+
+    async def drained(self, seconds: float) -> int:
+        return await self.gateway.drained(seconds)
+
+
+def replica_options(settings: ServeSettings) -> Dict[str, Any]:
+    """What Ray reserves for one embedder: no CPUs (its torch threads are ``settings.threads``; Ray's
+    count would cap them), and with ``--device cuda`` one GPU (Ray sets the replica's
+    CUDA_VISIBLE_DEVICES to it)."""
+    options: Dict[str, Any] = {"num_cpus": 0}
+    if settings.device == "cuda":
+        options["num_gpus"] = 1
+    return options
+
+
+def embedder_deployment(settings: ServeSettings) -> Any:
+    """The embedders: ``settings.replicas`` replicas of ``Embedder`` (made without Ray running)."""
+    from ray import serve
+
+    return serve.deployment(
+        name="embedder",
+        num_replicas=settings.replicas,
+        ray_actor_options=replica_options(settings),
+        max_ongoing_requests=MOST_ONGOING,
+    )(Embedder)
+
+
+def application(settings: ServeSettings) -> Any:
+    """The Ray Serve application: one gateway in front of ``settings.replicas`` embedders."""
+    from ray import serve
+
+    embedders = embedder_deployment(settings).bind(settings)
+    gateway = serve.deployment(
+        name="gateway", num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=MOST_ONGOING
+    )(RayGateway)
+    return gateway.bind(settings, embedders)
+
+
+class RayEngine:
+    """The service on Ray Serve: ``start`` (Ray, or the cluster joined, and the application),
+    ``serve`` (until a signal), ``stop``."""
+
+    def __init__(self, settings: ServeSettings) -> None:
+        self.settings = settings
+        self.started_ray = False
+        self.processes_before: List[int] = []  # this process's children before Ray started here
+
+    @property
+    def url(self) -> str:
+        """Where Ray's proxy answers."""
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    def start(self) -> None:
+        """Start Ray here (or join ``settings.ray_address``) and the application; returns once it
+        answers. A ValueError that says what to do where the GPUs asked for are not there: before
+        Ray starts on this machine, once joined on a cluster."""
+        settings = self.settings
+        if settings.ray_address is None:
+            check_gpus_here(settings)
+        ray = _import_ray()
+        from ray import serve
+
+        if not ray.is_initialized():
+            self.started_ray = True
+            self.processes_before = descendants(os.getpid())
+            _init_ray(ray, settings)
+        check_gpus_of_cluster(ray, settings)
+        serve.start(
+            http_options={"host": settings.host, "port": settings.port}, logging_config={"log_level": "WARNING"}
+        )
+        serve.run(application(settings), name=APP_NAME, route_prefix="/", blocking=False)
+
+    def serve(self, drain_s: float, on_drain: OnDrain) -> None:
+        """Wait while the application serves: SIGTERM drains it (up to ``drain_s`` seconds, then
+        ``on_drain(left)``); Ctrl-C (KeyboardInterrupt) returns at once."""
+        from ray import serve
+
+        terminated = threading.Event()
+        signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
+        try:
+            while not terminated.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            return
+        left = serve.get_app_handle(APP_NAME).drained.remote(drain_s).result()
+        time.sleep(PROXY_FLUSH_S)
+        on_drain(left)
+
+    def stop(self) -> None:
+        """Stop the application, and Ray where it was started here, with every process it started:
+        Ray's agents outlive a raylet stopped while they start, until they notice (a minute)."""
+        import ray
+        from ray import serve
+
+        before = set(self.processes_before)
+        started = [pid for pid in descendants(os.getpid()) if pid not in before] if self.started_ray else []
+        if ray.is_initialized():
+            serve.shutdown()
+        if self.started_ray:
+            ray.shutdown()
+            end_processes(started, STOP_WAIT_S)
+
+
+def descendants(pid: int) -> List[int]:
+    """The processes below ``pid``, read from Linux's /proc (none where there is no /proc)."""
+    children: Dict[int, List[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, below = [], children.get(pid, [])
+    while below:
+        found += below
+        below = [child for parent in below for child in children.get(parent, [])]
+    return found
+
+
+def end_processes(pids: List[int], seconds: float) -> None:
+    """SIGTERM to those of ``pids`` still running, and SIGKILL to those still running ``seconds``
+    later."""
+    deadline = time.monotonic() + seconds
+    for pid in filter(_running, pids):
+        _signal(pid, signal.SIGTERM)
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in filter(_running, pids):
+        _signal(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _import_ray() -> Any:
+    """Ray, imported without its driver's abort on SIGTERM (the variable is read on import; Ray's
+    own processes, started later, keep their handler)."""
+    before = os.environ.get(NO_ABORT_ON_SIGTERM)
+    os.environ[NO_ABORT_ON_SIGTERM] = "1"
+    try:
+        import ray
+    finally:
+        if before is None:
+            del os.environ[NO_ABORT_ON_SIGTERM]
+        else:
+            os.environ[NO_ABORT_ON_SIGTERM] = before
+    return ray
+
+
+def _init_ray(ray: Any, settings: ServeSettings) -> None:
+    """``ray.init`` here (or joining the cluster), with the SIGTERM handler that was in place before
+    put back: Ray's own (``sys.exit(15)``) would skip the drain. A SIGTERM during ``ray.init``
+    reaches the caller as the handler in place would have raised it."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(
+            address=settings.ray_address,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+    except SystemExit as exit_:
+        if exit_.code == signal.SIGTERM and callable(handler):
+            handler(signal.SIGTERM, None)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,70 @@
+"""`serve --engine ray` (the engine for more replicas or a cluster), started as a user starts it on
+this machine: a replica killed under load costs no request, and SIGTERM under load drains it and
+stops Ray with every process it started."""
+
+import os
+import signal
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from served_process import Served, samples_of, session_processes, sigterm_with_requests_in_flight, wait_for
+from test_serve import TEXTS
+
+pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+
+
+@pytest.fixture(scope="module")
+def on_ray(tiny_weights):
+    process = Served(tiny_weights, engine="ray")
+    try:
+        process.ready()
+        yield process
+    finally:
+        process.stop()
+
+
+def test_a_replica_killed_under_load_costs_no_request(on_ray):
+    """SIGKILL to the replica while 8 clients keep it busy: every request is answered 200 (sent again
+    to the replica Ray starts in its place) or 503 with Retry-After, none 5xx otherwise, none lost."""
+    service = on_ray.url
+    replica = httpx.get(f"{service}/metadata", timeout=10).json()["replica"]
+    statuses, stop = [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            try:
+                answer = httpx.post(f"{service}/embed", json={"texts": [" ".join(TEXTS * 10)] * 4}, timeout=120)
+                statuses.append(answer.status_code)
+            except httpx.HTTPError as lost:
+                statuses.append(type(lost).__name__)
+
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(8):
+            pool.submit(client)
+        wait_for(lambda: len(statuses) >= 8, 60)
+        os.kill(int(replica.rsplit(":", 1)[1]), signal.SIGKILL)
+        before = len(statuses)
+        back = wait_for(lambda: httpx.get(f"{service}/metadata", timeout=30).json()["replica"] != replica, 120)
+        wait_for(lambda: len(statuses) >= before + 8, 60)
+        stop.set()
+    counts = Counter(statuses)
+    print(f"replica killed under 8 clients: {dict(counts)} over {len(statuses)} requests")
+    assert back and set(counts) <= {200, 503}, counts
+    assert 200 in statuses[before:], "the replica started in its place answers"
+    metrics = httpx.get(f"{service}/metrics", timeout=10).text
+    sent_again = samples_of(metrics, "spacy_elmo_replica_failures_total")
+    print(f"requests sent again: {sent_again:.0f}")
+    assert sent_again >= 1, "a request the killed replica held was sent again"
+    assert samples_of(metrics, "spacy_elmo_replica_restarts_total") == 1
+
+
+def test_sigterm_under_load_answers_the_requests_in_flight_and_stops_ray(on_ray):
+    """Last in this module: it stops the service."""
+    answered = sigterm_with_requests_in_flight(on_ray)
+    assert on_ray.ended() == 0, on_ray.output[-3000:]
+    assert [answer.status_code for answer in answered] == [200] * 6
+    assert "every request in flight was answered" in on_ray.output, on_ray.output[-2000:]
+    assert not session_processes(on_ray.process.pid), "Ray's processes were all stopped"

@@ -1,0 +1,52 @@
+"""`serve` and the signals a supervisor sends, at every moment after the command starts, on both
+engines: SIGTERM before the service answers stops it (exit 0, nothing admitted); SIGTERM the moment
+it is ready drains it (exit 0); Ctrl-C stops it at once; nothing of it is left running after."""
+
+import signal
+
+import pytest
+from served_process import Served, session_processes
+
+pytest.importorskip("uvicorn", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+
+ENGINES = ["process", pytest.param("ray", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigterm_while_it_starts_stops_it_with_nothing_admitted(tiny_weights, engine):
+    """SIGTERM once the command has said what it serves: the pipeline (or Ray) is still starting."""
+    served = Served(tiny_weights, engine=engine)
+    try:
+        assert served.printed("Serving", 120), served.output[-3000:]
+        served.process.send_signal(signal.SIGTERM)
+        assert served.ended() == 0, served.output[-3000:]
+    finally:
+        served.stop()
+    assert "Stopped before serving (SIGTERM): no request was admitted" in served.output, served.output[-3000:]
+    assert "Listening on" not in served.output
+    assert not session_processes(served.process.pid), "nothing of the service is left running"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigterm_the_moment_it_is_ready_drains_it(tiny_weights, engine):
+    served = Served(tiny_weights, engine=engine)
+    try:
+        served.ready()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.ended() == 0, served.output[-3000:]
+    finally:
+        served.stop()
+    assert "Drained: every request in flight was answered; stopping" in served.output, served.output[-3000:]
+    assert "SIGTERM received" not in served.output  # Ray's abort, before the service handled SIGTERM
+    assert not session_processes(served.process.pid), "nothing of the service is left running"
+
+
+def test_ctrl_c_stops_it_at_once(tiny_weights):
+    served = Served(tiny_weights)
+    try:
+        served.ready()
+        served.process.send_signal(signal.SIGINT)
+        assert served.ended(60) == 0, served.output[-3000:]
+    finally:
+        served.stop()
+    assert "Drained" not in served.output and not session_processes(served.process.pid)
