@@ -28,6 +28,7 @@ if [ ! -d "$WORK/site" ]; then
   tar -xJf .gpu/site.tar.xz -C "$WORK" && cp -r .gpu/distinfo/* "$WORK/site/" || exit 1
 fi
 export PYTHONPATH="$WORK/site:$PWD" SPACY_ELMO_SHARED="$PWD/.gpu/shared" PYTHONUNBUFFERED=1
+export PATH="$PWD/.gpu/wrk:$PATH" LD_LIBRARY_PATH="$PWD/.gpu/wrk${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 PEER="$WORK/peer"
 if [ ! -f "$PEER/full/lm_weights.hdf5" ]; then
   mkdir -p "$PEER/venv/bin"
@@ -98,10 +99,10 @@ run_profile() {  # run_profile LABEL [PACKAGE_DIR [ARGS...]]: the package on PYT
     --precisions ${PROFILE_PRECISIONS:-fp32 bf16} --workloads ${PROFILE_WORKLOADS:-1 64 1000} "$@" ${PROFILE_ARGS:-}
 }
 
-run_serve() {  # the service on the GPU against the same on the CPU (bench/bench_serve.py --device cuda)
+run_serve() {  # the service on the GPU against nlp.pipe on the GPU, under wrk (bench/bench_serve.py --device cuda)
   python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_peer import converted_weights; from pathlib import Path; converted_weights(Path('$PEER'))" &&
-    python3 bench/bench_serve.py --device cuda --engines ray --seconds "${SERVE_CELL_SECONDS:-10}" --requests 400 \
-      ${SERVE_BATCHING:+--batching $SERVE_BATCHING} ||
+    python3 bench/bench_serve.py --device cuda --models full --engines process --clients 1 64 \
+      --seconds "${SERVE_CELL_SECONDS:-30}" --rounds 1 ||
     { # a replica's traceback is in Ray's logs, not in the driver's output
       tar -czf "$OUT/ray-serve-logs.tgz" -C /tmp/ray/session_latest/logs . 2> /dev/null
       return 1

@@ -68,3 +68,4 @@ def test_sigterm_under_load_answers_the_requests_in_flight_and_stops_ray(on_ray)
     assert [answer.status_code for answer in answered] == [200] * 6
     assert "every request in flight was answered" in on_ray.output, on_ray.output[-2000:]
     assert not session_processes(on_ray.process.pid), "Ray's processes were all stopped"
+    assert "Ray's own processes listen on every interface of this machine" in " ".join(on_ray.output.split())

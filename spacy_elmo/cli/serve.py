@@ -90,6 +90,12 @@ def _serve(**options: Any) -> None:
     where = "a CUDA GPU per replica" if settings.device == "cuda" else "the CPU"
     how = "on Ray Serve" if settings.runs_on_ray else "in this process"
     msg.info(f"Serving {settings.source} on {where}, {how} ({ROUTE_LIST})")
+    if settings.runs_on_ray and settings.ray_address is None and settings.local_host:
+        msg.info(
+            f"Ray's own processes listen on every interface of this machine, not only {settings.host} (Ray has no "
+            "setting to keep them on loopback): keep their ports behind a firewall, or serve one replica in one "
+            "process (--engine process)"
+        )
     try:
         run(settings, on_ready=_ready, on_drain=_drained)
     except ValueError as err:  # a port in use, a cluster without the GPUs asked for
