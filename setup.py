@@ -80,6 +80,7 @@ setup(
             "spacy-elmo.ElmoEmbed.v1 = spacy_elmo.pipeline.task_mix:ElmoEmbed",
             "spacy-elmo.ElmoTok2Vec.v1 = spacy_elmo.pipeline.task_mix:ElmoTok2Vec",
         ],
+        "spacy_scorers": ["spacy-elmo.upos_scorer.v1 = spacy_elmo.tasks.conllu:make_upos_scorer"],
         "console_scripts": ["spacy-elmo = spacy_elmo.cli:app"],
     },
 )

@@ -33,22 +33,28 @@ class _Lines:
 
 class _LogBar(tqdm):
     """A bar that redraws (a new line) at most every ``LOG_SECONDS``, whatever asks it to (updates,
-    ``set_postfix``), and once more when it closes."""
+    ``set_postfix``), and once more when it closes where its last line does not say where it ended."""
 
     def refresh(self, nolock: bool = False, lock_args: Optional[Any] = None) -> None:
         now = time.monotonic()
         if now - getattr(self, "_last_line", -LOG_SECONDS) >= LOG_SECONDS:
             self._last_line = now
             super().refresh(nolock=nolock, lock_args=lock_args)
+            self._shown = self._where()
 
     def close(self) -> None:
-        """A last line with where it ended also for a bar that clears itself on a terminal
-        (``leave=False``, which tqdm closes without one), so that a log does not end on 0%."""
-        if not self.disable and not self.leave and not getattr(self, "_closed_line", False):
-            self._closed_line = True
-            self._last_line = -LOG_SECONDS
-            self.refresh()
+        """One last line with where it ended, unless the last line already says it; also for a bar
+        that clears itself on a terminal (``leave=False``), so that a log does not end on 0%."""
+        if not self.disable and not getattr(self, "_closing", False):
+            self._closing = True
+            if getattr(self, "_shown", None) != self._where():
+                self._last_line = -LOG_SECONDS
+                self.refresh()
+            self.leave = False  # tqdm's own closing line would repeat the last one
         super().close()
+
+    def _where(self) -> tuple:
+        return self.n, self.postfix
 
 
 def progress_bar(*args: Any, **kwargs: Any) -> tqdm:

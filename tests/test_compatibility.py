@@ -95,3 +95,16 @@ def test_the_readme_states_the_verified_ranges(passed):
     torch = declared()["requires"]["torch"]
     assert f"torch>={torch['>=']},<{torch['<']}" in readme
     assert "docs/compatibility.md" in readme
+
+
+def test_every_page_that_names_a_torch_range_names_the_declared_one():
+    """A range in the docs is setup.py's, so that a page cannot tell a user to install another."""
+    import re
+
+    torch = declared()["requires"]["torch"]
+    declared_range = f"torch>={torch['>=']},<{torch['<']}"
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {page.name: re.findall(r"torch[<>=!~][^`\s)]*", page.read_text()) for page in pages}
+    named = {name: ranges for name, ranges in named.items() if ranges}
+    assert {"README.md", "index.md"} <= set(named), named
+    assert all(found == declared_range for ranges in named.values() for found in ranges), named

@@ -313,3 +313,28 @@ def test_stored_tokens_map_each_row_of_a_line_back_to_its_word(tmp_path, pipelin
             assert [word.decode() for word in merged["tokens"][str(i)][...]] == words
     with EmbeddedCorpus(in_process) as without, pytest.raises(ValueError, match="embed with --store-tokens"):
         without.tokens(0)
+
+
+def test_progress_moves_line_by_line_within_a_block(tmp_path, corpus_file, pipeline, monkeypatch):
+    """One block of every line: the bar counts each line as it is written, not the block at its end;
+    a run that finds every block there has nothing to count (its bar starts where it ended)."""
+    import io
+
+    from spacy_elmo.corpus import embedding
+
+    counts = []
+
+    def recording_bar(*args, **options):
+        bar = real_bar(*args, **{**options, "disable": False, "file": io.StringIO()})
+        update = bar.update
+        bar.update = lambda n=1: (update(n), counts.append(bar.n))
+        return bar
+
+    real_bar = embedding.progress_bar
+    monkeypatch.setattr(embedding, "progress_bar", recording_bar)
+    settings = EmbedSettings(str(pipeline), block_lines=10_000)
+    embed_corpus(corpus_file, tmp_path / "one-block", settings, progress=True)
+    assert counts == list(range(1, len(CORPUS) + 1)), counts
+    counts.clear()
+    embed_corpus(corpus_file, tmp_path / "one-block", settings, progress=True)  # everything there: no work
+    assert counts == [], counts

@@ -59,3 +59,22 @@ def test_converted_weights_and_embedded_vectors_can_be_shared(tmp_path, fixture_
         modes = modes_under(folder)
         assert modes and all(m == (0o755 if (folder / name).is_dir() else 0o644) for name, m in modes.items()), modes
         assert mode(folder) == 0o755
+
+
+def test_a_pretraining_checkpoint_can_be_resumed_by_another_account(tmp_path, umask_022):
+    """Every file of a checkpoint folder (the optimizer's and RNG's safetensors among them) takes the
+    umask's mode, so that a run on shared storage can be resumed by another user of the group."""
+    import torch
+    from conftest import random_bilm
+
+    from training.loop.checkpoint import load_checkpoint, save_checkpoint
+    from training.vocab import SPECIALS, Vocabulary
+
+    vocab = Vocabulary(list(SPECIALS) + ["the"], [5, 5, 1, 3])
+    optimizer = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(4)}}, "param_groups": [{"lr": 0.1}]}
+    rng = {"torch": torch.get_rng_state()}
+    folder = save_checkpoint(tmp_path / "checkpoints", 7, random_bilm(), vocab, optimizer, {"step": 7}, rng)
+    modes = modes_under(folder)
+    assert {"optimizer.safetensors", "rng.safetensors", "model.safetensors"} <= set(modes), modes
+    assert all(m == 0o644 for m in modes.values()) and mode(folder) == 0o755, modes
+    assert load_checkpoint(folder)[1] == {"step": 7}

@@ -207,3 +207,27 @@ def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
     assert no_data_package and pipes == ["sentencizer", "lemmatizer", "elmo"]
     assert lemmas[1:4] == ["cat", "be", "sit"]
     np.testing.assert_allclose(np.array(layers), embed_sentences(fixture_bilm, [lemmas])[0], atol=1e-5)
+
+
+def test_a_bilm_of_your_own_and_an_original_release_folder_are_packaged_as_a_name_is(
+    fixture_dir, tiny_weights, tmp_path, fresh_python
+):
+    """`package` takes what `weights` takes: a native biLM folder (named after it, or --name) and an
+    original release folder (options.json and weights.hdf5), into an output folder it makes."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli.app import app
+
+    output = tmp_path / "not" / "there" / "yet"
+    for weights, extra in ((tiny_weights, []), (fixture_dir, ["--name", "fixture", "--lang", "de"])):
+        result = CliRunner().invoke(app, ["package", str(weights), str(output), *extra])
+        assert result.exit_code == 0, result.output
+    check = (
+        "import json, spacy\n"
+        "nlp = spacy.load('de_elmo_fixture')\n"
+        "doc = nlp('Die Bank hob ihre Zinsen an .')\n"
+        "print(json.dumps([nlp.lang, nlp.pipe_names, list(doc._.elmo_data.shape)]))\n"
+    )
+    lang, pipes, shape = install_and_run(fresh_python, output / "de_elmo_fixture-0.0.1", check, tmp_path)
+    assert lang == "de" and pipes == ["sentencizer", "elmo"] and shape == [3, 7, 32]
+    assert list((output / f"en_elmo_{tiny_weights.name}-0.0.1" / "dist").glob("*.whl")), "named after its folder"

@@ -45,6 +45,24 @@ def test_a_short_bar_that_clears_itself_still_logs_where_it_ended(monkeypatch):
     assert "0%" in lines[0] and "100%" in lines[-1], lines
 
 
+def test_a_log_says_where_a_bar_ended_once(monkeypatch):
+    """An update past LOG_SECONDS already printed the end (a block of lines done at 21 s): closing
+    adds no second copy of that line; a bar whose end was not printed yet gets it on closing."""
+    clock = FakeClock()
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    for last_update_at, lines_at_the_end in ((21.0, 1), (3.0, 1)):
+        clock.now = 0.0
+        log = io.StringIO()
+        with progress.progress_bar(total=300, unit="line", desc="Embedding", file=log) as bar:
+            bar.update(150)
+            clock.now = last_update_at
+            bar.update(150)
+            bar.refresh()  # as tqdm's update does once its own interval passed
+        lines = log.getvalue().splitlines()
+        assert sum("300/300" in line for line in lines) == lines_at_the_end, lines
+        assert "300/300" in lines[-1] and "0/300" in lines[0], lines
+
+
 def test_a_terminal_gets_tqdms_own_bar():
     class Terminal(io.StringIO):
         def isatty(self):

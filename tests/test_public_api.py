@@ -20,6 +20,7 @@ ENTRY_POINTS = {
         "spacy-elmo.ElmoEmbed.v1",
         "spacy-elmo.ElmoTok2Vec.v1",
     },
+    "spacy_scorers": {"spacy-elmo.upos_scorer.v1"},
     "console_scripts": {"spacy-elmo"},
 }
 

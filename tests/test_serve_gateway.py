@@ -6,6 +6,7 @@ import asyncio
 import base64
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -538,3 +539,21 @@ def test_an_answer_pools_the_mix_computed_once_to_the_bits_of_the_extensions(emb
             assert np.array_equal(np.array(sent["vector"], dtype=np.float32), expected._.elmo)
         assert np.array_equal(np.array(got["vectors"], dtype=np.float32), np.stack([t._.elmo for t in doc]))
     assert sum(len(got["sentences"]) > 1 for got in answered) >= 5, "docs of several sentences were checked"
+
+
+def test_the_docs_say_which_keys_each_kind_of_answer_has(embedder):
+    """docs/serving.md's table of keys, per ``tokens``, against real answers."""
+    import re
+
+    from spacy_elmo.serving.requests import EmbedRequest
+    from spacy_elmo.serving.responses import embed_requests
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    rows = re.findall(r'^\| `"(\w+)"` \| (.+) \|$', page, flags=re.MULTILINE)
+    documented = {tokens: set(re.findall(r"(?:^|; )`(\w+)`", keys)) for tokens, keys in rows}
+    assert set(documented) == {"mix", "layers", "none"}, documented
+    for tokens, keys in documented.items():
+        bodies, _ = embed_requests(embedder.nlp, [EmbedRequest(texts=("The bank raised its rates.",), tokens=tokens)])
+        answered = orjson.loads(bodies[0])
+        assert set(answered) == {"docs"} and set(answered["docs"][0]) == keys, (tokens, keys)
+        assert set(answered["docs"][0]["sentences"][0]) == {"start", "end", "vector"}

@@ -79,3 +79,30 @@ def test_pipeline_saves_sentencizer_and_elmo_with_its_settings(tiny_weights, tmp
     negative = invoke("pipeline", unreachable, tmp_path / "other", "--sentence-cache-tokens", -1)
     assert negative.exit_code == 1 and "sentence_cache_tokens must be an integer >= 0" in negative.output
     assert not (tmp_path / "other").exists()
+
+
+def test_each_shipped_config_scores_only_what_it_trains(tiny_weights, tmp_path):
+    """The score `spacy train` picks the best model by is the trained component's: the sentencizer
+    that comes frozen with the source pipeline is not scored, and the UPOS tagger's accuracy is
+    reported as upos_acc (UD's UPOS read into tag_), with no pos_acc beside it."""
+    from spacy.training import Example
+    from spacy.util import load_model_from_config
+
+    from spacy_elmo.tasks.conllu import make_upos_scorer
+
+    source = tmp_path / "elmo-source"
+    assert invoke("pipeline", tiny_weights, source).exit_code == 0
+    trained = {"upos": {"upos_acc": 1.0}, "ner": {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0}}
+    for name in config_names():
+        config = Config().from_disk(config_path(name), overrides={"paths.elmo": str(source)}, interpolate=False)
+        weights = load_model_from_config(config, auto_fill=True).config["training"]["score_weights"]
+        scored = {key: weight for key, weight in weights.items() if weight is not None}
+        assert scored == trained[name.split("-")[0]], (name, weights)
+    nlp = spacy.blank("en")
+    gold = nlp.make_doc("The cat sat")
+    for token, tag in zip(gold, ("DET", "NOUN", "VERB")):
+        token.tag_ = tag
+    predicted = nlp.make_doc("The cat sat")
+    for token, tag in zip(predicted, ("DET", "VERB", "VERB")):
+        token.tag_ = tag
+    assert make_upos_scorer()([Example(predicted, gold)]) == {"upos_acc": 2 / 3}

@@ -1,6 +1,7 @@
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -571,3 +572,42 @@ def test_a_checkpoint_written_before_the_typed_state_resumes_with_its_figures():
     assert state_from_checkpoint(state_to_checkpoint(state, world=2, data_streams=4)) == (state, 4)
     with pytest.raises(ValueError, match=r"trainer.json lacks \['elapsed', 'step', 'tokens'\]"):
         state_from_checkpoint({"best_dev": 3.0})
+
+
+@pytest.mark.parametrize(
+    "budget, shown",
+    [
+        ({"max_steps": 500}, "120/500 step"),
+        ({"max_minutes": 9.0}, "2/9 min"),
+        ({"max_steps": 500, "max_minutes": 9.0}, "24/100 % of the budget"),  # 120 of 500 steps outruns 2 of 9 min
+        ({}, "120 step"),
+    ],
+)
+def test_pretraining_shows_its_budget_done_out_of_total(budget, shown):
+    """The bar counts what ends the run (steps, minutes, or the larger share of both), so its total
+    and ETA are the run's; a run without a budget counts steps."""
+    from training.loop.run_state import RunState
+    from training.pretrain import BudgetProgress
+
+    state = RunState()
+    progress = BudgetProgress(TrainConfig(**budget), state, disable=False)
+    state.step, state.elapsed = 120, 120.0
+    progress.advance(state)
+    line = str(progress.bar)
+    progress.bar.close()
+    assert shown in line, line
+    assert bool(re.search(r"\[\d\d:\d\d<\d\d:\d\d", line)) == bool(budget), f"an ETA with a budget only: {line}"
+
+
+def test_every_shipped_pretraining_config_stops_and_the_cpu_one_trains_the_swept_preset():
+    """A config run as shipped ends by itself (a time or step budget), and the CPU one trains the
+    preset the CPU sweep chose for the workflow (docs/pretraining.md), with the workflow's settings."""
+    folder = Path(__file__).resolve().parents[1] / "training" / "configs"
+    configs = {path.name: TrainConfig.load(path, []) for path in sorted(folder.glob("*.json"))}
+    assert {"pretrain-cpu.json", "pretrain-gpu.json", "pretrain-workflow.json"} <= set(configs)
+    assert all(cfg.max_minutes or cfg.max_steps for cfg in configs.values()), {
+        name: (cfg.max_minutes, cfg.max_steps) for name, cfg in configs.items()
+    }
+    cpu, workflow = configs["pretrain-cpu.json"], configs["pretrain-workflow.json"]
+    assert cpu.preset == workflow.preset == "mini"
+    assert (cpu.lr, cpu.lr_schedule, cpu.optimizer) == (workflow.lr, workflow.lr_schedule, workflow.optimizer)

@@ -38,6 +38,7 @@ from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
 from .loop.run_log import JsonlLog, LossWindow, device_memory
 from .loop.run_state import RunState
+from .loop.schedule import budget_spent
 from .loop.session import Session, open_session
 from .loop.step import Clock, StepTotals, out_of_patience, take_step
 from .loop.train_config import TrainConfig
@@ -51,21 +52,19 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
     if main:
         output.mkdir(parents=True, exist_ok=True)
         (output / "train-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    progress = progress_bar(
-        total=cfg.max_steps or None, initial=state.step, disable=not main, unit="step", dynamic_ncols=True
-    )
+    progress = BudgetProgress(cfg, state, disable=not main)
     clock, window = Clock(state.elapsed, cfg), LossWindow()
     while True:
         totals = take_step(session, clock)
         _count(state, window, totals, clock)
-        progress.update(1)
+        progress.advance(state)
         step = state.step
         finished = totals.stop or (cfg.max_steps and step >= cfg.max_steps)
         if step % cfg.log_every == 0 or finished:
             record = {**window.record(state, full_softmax=cfg.softmax == "full"), "lr": totals.lr}
             record.update(device_memory(session.processes.device))
             log.write(**record)
-            progress.set_postfix(_progress_figures(record, state))
+            progress.bar.set_postfix(_progress_figures(record, state))
             window = LossWindow()
         if _evaluation_due(cfg, step, totals) or finished:
             if main:
@@ -76,7 +75,7 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
             clock.checkpointed()
         if finished:
             break
-    progress.close()
+    progress.bar.close()
     if out_of_patience(session):
         log.write(step=state.step, stopped=f"no new best dev perplexity in {cfg.patience} evaluations")
     if main:
@@ -85,6 +84,41 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
         strip_lm_head(session.bilm, output / "bilm")
     session.processes.close()
     return state
+
+
+class BudgetProgress:
+    """A bar of the run against its budget, done/total with an ETA: steps of ``max_steps``, minutes
+    of ``max_minutes``, or, with both, per cent of the budget (spent: the larger share, as the
+    learning rate's schedule counts it); steps alone where the run has no budget."""
+
+    def __init__(self, cfg: TrainConfig, state: RunState, disable: bool) -> None:
+        self.cfg = cfg
+        if cfg.max_steps and cfg.max_minutes:
+            total, unit = 100.0, "% of the budget"
+        elif cfg.max_minutes:
+            total, unit = float(cfg.max_minutes), "min"
+        else:
+            total, unit = cfg.max_steps or None, "step"
+        shape = BUDGET_BAR if total else STEP_COUNT
+        self.bar = progress_bar(total=total, unit=unit, disable=disable, dynamic_ncols=True, bar_format=shape)
+        self.advance(state)
+
+    def advance(self, state: RunState) -> None:
+        """Move the bar to where ``state`` is."""
+        done = self._done(state)
+        self.bar.update(done - self.bar.n)
+
+    def _done(self, state: RunState) -> float:
+        cfg = self.cfg
+        if cfg.max_steps and cfg.max_minutes:
+            return round(100.0 * (budget_spent(state.elapsed, state.step, cfg.max_minutes, cfg.max_steps) or 0.0), 1)
+        if cfg.max_minutes:
+            return round(min(state.elapsed / 60.0, cfg.max_minutes), 2)
+        return state.step
+
+
+BUDGET_BAR = "{desc}{percentage:3.0f}%|{bar}| {n:g}/{total:g} {unit} [{elapsed}<{remaining}{postfix}]"
+STEP_COUNT = "{desc}{n:g} {unit} [{elapsed}, {rate_fmt}{postfix}]"  # no budget: no total, no ETA
 
 
 def _evaluation_due(cfg: TrainConfig, step: int, totals: StepTotals) -> bool:

@@ -110,10 +110,15 @@ def download(
 
 @app.command()
 def package(
-    name: str = typer.Argument(..., help="A catalogue name (see `models`)."),
-    output: Path = typer.Argument(..., help="Directory for the package (spacy package output)."),
+    weights: str = typer.Argument(
+        ...,
+        help="What the elmo component's weights take: a catalogue name (see `models`), a URL, a biLM folder "
+        "(training.pretrain's RUN/bilm) or an original release folder (options.json and weights.hdf5).",
+    ),
+    output: Path = typer.Argument(..., help="Directory for the package (made where it does not exist)."),
     version: str = typer.Option("0.0.1", "--version", help="Package version."),
-    lang: str = typer.Option(None, "--lang", help="spaCy language of the pipeline (default: the model's)."),
+    lang: str = typer.Option(None, "--lang", help="spaCy language of the pipeline (default: the model's, else en)."),
+    name: str = typer.Option(None, "--name", help="The pipeline's name, elmo_NAME (default: the model's or folder's)."),
     centering_text: Path = typer.Option(
         None,
         "--centering-text",
@@ -122,11 +127,12 @@ def package(
         "similarity).",
     ),
 ) -> None:
-    """Build an installable spaCy pipeline (e.g. en_elmo_original) from a published model."""
-    from ..pipeline.assembly import package_published
+    """Build an installable spaCy pipeline (e.g. en_elmo_original) around a published model or a biLM
+    of your own."""
+    from ..pipeline.assembly import package_weights
 
     try:
-        folder = package_published(name, output, version=version, lang=lang, centering_text=centering_text)
+        folder = package_weights(weights, output, version, lang, name, centering_text)
     except (*MODEL_ERRORS, ImportError, ValueError) as err:
         msg.fail("Packaging failed", str(err), exits=1)
     wheels = sorted(folder.glob("dist/*.whl"))

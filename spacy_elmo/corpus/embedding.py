@@ -65,7 +65,7 @@ def embed_corpus(
     done = plan.lines - sum(block.lines for block in todo)
     try:
         with progress_bar(total=plan.lines, initial=done, unit="line", desc="Embedding", disable=not progress) as bar:
-            computed = _run(todo, Path(output).resolve(), runtime, workers, lambda f: bar.update(f["lines"]))
+            computed = _run(todo, Path(output).resolve(), runtime, workers, bar.update)
     except BaseException:
         if fresh and len(missing_blocks(output, plan)) == len(plan.blocks):
             shutil.rmtree(output, ignore_errors=True)  # nothing done: leave nothing behind
@@ -81,19 +81,29 @@ def _run(
     output: Path,
     settings: EmbedSettings,
     workers: Workers,
-    on_block: Callable[[Dict[str, Any]], None],
+    on_lines: Callable[[int], object],
 ) -> List[Dict[str, Any]]:
+    """Embed the blocks ``todo``, telling ``on_lines(n)`` as lines are done: line by line here, a
+    block at a time on Ray (its workers are other processes)."""
     if not todo:
         return []
     if workers.ray:
         from .ray_runner import run_on_ray
 
-        return run_on_ray(todo, output, settings, workers, on_block)
+        def block_done(figures: Dict[str, Any]) -> None:
+            on_lines(figures["lines"])
+
+        return run_on_ray(todo, output, settings, workers, block_done)
+
+    def line_done() -> None:
+        on_lines(1)
+
     nlp = load_pipeline(settings, workers.gpu_id)
     computed = []
     for block in todo:
-        computed.append(embed_block(nlp, block, output, settings))
-        on_block(computed[-1])
+        computed.append(embed_block(nlp, block, output, settings, line_done))
+        if not computed[-1]["written"]:  # found written: its lines were not embedded one by one
+            on_lines(block.lines)
     return computed
 
 

@@ -8,7 +8,7 @@ import resource
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 from ..files import atomic_write
 from .blocks import Block, read_block
@@ -54,12 +54,15 @@ def _pipeline(settings: EmbedSettings, elmo_settings: Dict[str, Any]) -> Languag
     return spacy.load(settings.pipeline, config={"components": {name: elmo_settings for name in names}})
 
 
-def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettings) -> Dict[str, Any]:
+def embed_block(
+    nlp: Language, block: Block, output: Path, settings: EmbedSettings, on_line: Callable[[], None] = lambda: None
+) -> Dict[str, Any]:
     """Read, embed and write one block, atomically; its figures. A block whose file exists (a task
-    retried after its worker died past the rename) is left as it is: ``written`` False."""
+    retried after its worker died past the rename) is left as it is: ``written`` False.
+    ``on_line``: called after each line embedded (progress)."""
     started, path = time.perf_counter(), block_file(output, block.number)
     written = not path.is_file()
-    tokens = _write_block(nlp, block, path, settings) if written else tokens_in(path)
+    tokens = _write_block(nlp, block, path, settings, on_line) if written else tokens_in(path)
     return {
         "block": block.number,
         "lines": block.lines,
@@ -72,7 +75,7 @@ def embed_block(nlp: Language, block: Block, output: Path, settings: EmbedSettin
     }
 
 
-def _write_block(nlp: Language, block: Block, path: Path, settings: EmbedSettings) -> int:
+def _write_block(nlp: Language, block: Block, path: Path, settings: EmbedSettings, on_line: Callable[[], None]) -> int:
     """The block's file, written atomically; its token count."""
     lines, tokens = read_block(block, settings.text_column), []
     atomic_write(
@@ -86,6 +89,7 @@ def _write_block(nlp: Language, block: Block, path: Path, settings: EmbedSetting
                 settings.layers,
                 settings.tokenized,
                 settings.batch_size,
+                on_line=on_line,
                 store_tokens=settings.store_tokens,
             )
         ),

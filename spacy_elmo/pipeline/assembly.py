@@ -1,6 +1,7 @@
-"""Whole spaCy pipelines around a biLM: assemble one, and package a published model as a wheel.
+"""Whole spaCy pipelines around a biLM: assemble one, and package it as a wheel.
 
     python -m spacy_elmo package original packages/      # -> packages/en_elmo_original-0.0.1/dist/*.whl
+    python -m spacy_elmo package runs/mini/bilm packages/ --name mini   # -> packages/en_elmo_mini-0.0.1/
 
 A pipeline is the language's blank pipeline (its own tokenizer), a ``sentencizer`` (the biLM reads
 sentences), for models trained on lemmas spaCy's lemmatizer, and the ``elmo`` component with the
@@ -12,16 +13,17 @@ from __future__ import annotations
 
 import re
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from urllib.parse import urlparse
 
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.training import Example
 
-from ..hub.cache import recorded_source, resolve_weights
-from ..hub.catalogue import PublishedModel, get_model
+from ..hub.cache import is_url, recorded_source, resolve_weights
+from ..hub.catalogue import CATALOGUE, PublishedModel, get_model
 from .centering import text_lines
 from .centering_fit import docs_from_texts
 from .token_input import LEMMA, lookup_lemmatizer_config
@@ -128,6 +130,32 @@ def package_pipeline(nlp: Language, output_dir: PathLike) -> Path:
         nlp.to_disk(folder)
         package(Path(folder), output_dir, create_sdist=False, create_wheel=True, force=True, silent=True)
     return output_dir / f"{nlp.lang}_{nlp.meta['name']}-{nlp.meta['version']}"
+
+
+def package_weights(
+    weights: str,
+    output_dir: PathLike,
+    version: str = "0.0.1",
+    lang: Optional[str] = None,
+    name: Optional[str] = None,
+    centering_text: Optional[PathLike] = None,
+) -> Path:
+    """Package what the elmo component's ``weights`` takes: a catalogue name (``package_published``),
+    a URL, a native biLM folder or an original release folder (options.json and weights.hdf5); the
+    package folder. ``name``: the pipeline's (``elmo_NAME``), by default the folder's or file's."""
+    if weights in CATALOGUE and not Path(weights).exists():
+        return package_published(weights, output_dir, version=version, lang=lang, centering_text=centering_text)
+    stem = name or _weights_stem(weights)
+    meta = {"description": f"ELMo contextual vectors from the biLM {stem} ({weights})."}
+    docs = text_docs(centering_text) if centering_text else None
+    return package_pipeline(assemble_pipeline(weights, lang, package_name(stem), version, meta, None, docs), output_dir)
+
+
+def _weights_stem(weights: str) -> str:
+    """What a biLM's pipeline is named after: its folder's name, or its URL's file's."""
+    if is_url(weights):
+        return PurePosixPath(urlparse(weights).path).name.split(".")[0] or "bilm"
+    return Path(weights).expanduser().resolve().name
 
 
 def package_published(

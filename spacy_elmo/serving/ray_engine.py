@@ -7,13 +7,16 @@ gateway, replica); in return a replica that dies costs no request (the gateway s
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple, Type
+from typing import Any, Callable, Dict, Iterator, List, Tuple, Type
 
 from .embedder import Embedded, Embedder
 from .gateway import Gateway
@@ -24,6 +27,9 @@ APP_NAME = "spacy-elmo"
 MOST_ONGOING = 10_000  # requests a deployment takes at once: the gateway's limit, not Ray's, decides
 PROXY_FLUSH_S = 0.2  # after a drain, for the last answers to leave Ray's proxy
 STOP_WAIT_S = 10.0  # how long Ray's processes get to exit after ray.shutdown, before SIGKILL
+# What Ray prints of its own shutdown: its controller, killed on purpose, fails the tasks that
+# waited on it ("(raylet) Task ServeController.listen_for_change failed ... killed by `ray.kill`").
+SHUTDOWN_NOISE = "killed by `ray.kill`"
 # Ray's driver installs a C++ handler that aborts the process (SIGABRT) on SIGTERM unless this is
 # set when Ray is imported; the service handles SIGTERM itself (a drain).
 NO_ABORT_ON_SIGTERM = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
@@ -127,6 +133,7 @@ class RayEngine:
             self.started_ray = True
             self.processes_before = descendants(os.getpid())
             _init_ray(ray, settings)
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its start-up lines; `serve` prints its own
         check_gpus_of_cluster(ray, settings)
         serve.start(
             http_options={"host": settings.host, "port": settings.port}, logging_config={"log_level": "WARNING"}
@@ -157,11 +164,24 @@ class RayEngine:
 
         before = set(self.processes_before)
         started = [pid for pid in descendants(os.getpid()) if pid not in before] if self.started_ray else []
-        if ray.is_initialized():
-            serve.shutdown()
+        with _without_lines(SHUTDOWN_NOISE):
+            if ray.is_initialized():
+                serve.shutdown()
+            if self.started_ray:
+                ray.shutdown()
         if self.started_ray:
-            ray.shutdown()
             end_processes(started, STOP_WAIT_S)
+
+
+@contextlib.contextmanager
+def _without_lines(noise: str) -> Iterator[None]:
+    """Print what is printed meanwhile (Ray's threads print to sys.stdout), but the lines that hold
+    ``noise``."""
+    caught = io.StringIO()
+    with contextlib.redirect_stdout(caught):
+        yield
+    kept = [line for line in caught.getvalue().splitlines(keepends=True) if noise not in line]
+    sys.stdout.write("".join(kept))
 
 
 def descendants(pid: int) -> List[int]:

@@ -1,5 +1,6 @@
 """Universal Dependencies CoNLL-U files as spaCy docs for a tagger: each sentence one doc, each
-syntactic word a token with its UPOS as ``tag_``.
+syntactic word a token with its UPOS as ``tag_``; and the scorer that reports the tagger's accuracy
+on them under its own name, ``upos_acc`` (``spacy-elmo.upos_scorer.v1``).
 
 spaCy's own ``spacy convert`` puts a CoNLL-U file's XPOS (English-EWT: Penn Treebank tags) in
 ``tag_`` and its UPOS in ``pos_``; the tagger learns ``tag_``, so the shipped UPOS configs read the
@@ -10,12 +11,26 @@ words are the tokens, and a word's ``SpaceAfter=No`` is kept.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Union
+from typing import Any, Callable, Dict, Iterable, List, Union
 
+from spacy.scorer import Scorer
 from spacy.tokens import Doc
+from spacy.training import Example
+from spacy.util import registry
 from spacy.vocab import Vocab
 
 WORD_COLUMNS = 10  # ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC
+
+
+@registry.scorers("spacy-elmo.upos_scorer.v1")
+def make_upos_scorer() -> Callable[..., Dict[str, Any]]:
+    """The tagger's accuracy on ``tag_`` (UPOS, as read here) as ``upos_acc``: what `spacy train`
+    prints and what the configs' ``score_weights`` weigh."""
+
+    def score(examples: Iterable[Example], **options: Any) -> Dict[str, Any]:
+        return {"upos_acc": Scorer.score_token_attr(list(examples), "tag", **options)["tag_acc"]}
+
+    return score
 
 
 class ConlluError(ValueError):

@@ -38,7 +38,7 @@ class Task(NamedTuple):
     train_file: str  # in --data; {size}: the percentage of the training sentences
 
 
-TASKS = {"upos": Task("tagger", "tag_acc", "upos-train-{size}.spacy"), "ner": Task("ner", "ents_f", "ner-train.spacy")}
+TASKS = {"upos": Task("tagger", "upos_acc", "upos-train-{size}.spacy"), "ner": Task("ner", "ents_f", "ner-train.spacy")}
 
 
 def main(

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from torch import Tensor
 
-from spacy_elmo.files import atomic_write_text, directory_beside
+from spacy_elmo.files import atomic_write, atomic_write_text, directory_beside
 from spacy_elmo.weights.native import save_bilm
 
 from ..vocab import Vocabulary
@@ -48,8 +48,10 @@ def save_checkpoint(
         save_bilm(bilm, temporary)
         vocab.save(temporary / "vocab.txt")
         tensors, meta = _split_optimizer_state(optimizer_state)
-        save_file(tensors, str(temporary / "optimizer.safetensors"))
-        save_file({k: v.contiguous() for k, v in rng.items()}, str(temporary / "rng.safetensors"))
+        # safetensors writes 0600 files: atomic_write gives them the umask's mode, as every other file
+        atomic_write(temporary / "optimizer.safetensors", lambda path: save_file(tensors, str(path)))
+        rng_tensors = {k: v.contiguous() for k, v in rng.items()}
+        atomic_write(temporary / "rng.safetensors", lambda path: save_file(rng_tensors, str(path)))
         atomic_write_text(temporary / "optimizer.json", json.dumps(meta))
         atomic_write_text(temporary / "trainer.json", json.dumps(trainer, indent=2))
 
