@@ -16,8 +16,13 @@ setup(
     long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="MIT",
-    packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"]),
-    package_data={"spacy_elmo": ["py.typed", "tasks/configs/*.cfg"]},
+    # training/ (the pretraining workflow, kept at the top level as the design card lays it out)
+    # installs as spacy_elmo.training: a top-level `training` in site-packages would collide with
+    # any training.py in a user's folder. Import it by that one name everywhere.
+    packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"])
+    + [f"spacy_elmo.{name}" for name in find_packages(include=["training", "training.*"])],
+    package_dir={"spacy_elmo.training": "training"},
+    package_data={"spacy_elmo": ["py.typed", "tasks/configs/*.cfg"], "spacy_elmo.training": ["configs/*.json"]},
     python_requires=">=3.10",
     install_requires=[
         # What the compatibility matrix passed (docs/compatibility.md, `nox -s compat`); torch open

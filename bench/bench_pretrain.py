@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def prepare(vocab_size: int) -> Path:
-    from training.corpus import MANIFEST, prepare_corpus, read_sentences
-    from training.vocab import Vocabulary
+    from spacy_elmo.training.corpus import MANIFEST, prepare_corpus, read_sentences
+    from spacy_elmo.training.vocab import Vocabulary
 
     corpus = OUT / "corpus"
     if not (corpus / MANIFEST).exists():
@@ -49,9 +49,9 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=30000)
     parser.add_argument("--reuse", action="store_true", help="Evaluate the existing bench/out run instead of training.")
     args = parser.parse_args()
-    from training.corpus import read_sentences
-    from training.evaluate import evaluate
-    from training.loop.curve import plot_learning_curve
+    from spacy_elmo.training.corpus import read_sentences
+    from spacy_elmo.training.evaluate import evaluate
+    from spacy_elmo.training.loop.curve import plot_learning_curve
 
     corpus = prepare(args.vocab_size)
     vocab = OUT / f"vocab-{args.vocab_size}.txt"
@@ -101,7 +101,7 @@ def train(run: Path, corpus: Path, vocab: Path, args) -> None:
     command = [
         sys.executable,
         "-m",
-        "training.pretrain",
+        "spacy_elmo.training.pretrain",
         args.config,
         "--output",
         str(run),

@@ -3,9 +3,9 @@ wall-clock budget: which network the workflow's few minutes on a CPU are best sp
 
     python bench/bench_sweep.py                              # every candidate, 9 minutes each, the workflow's text
     python bench/bench_sweep.py --candidates small-before,e256-p64 --minutes 3
-    python bench/bench_sweep.py --corpus my-project/corpus   # a corpus prepared by training.corpus (+ vocab.txt)
+    python bench/bench_sweep.py --corpus my-project/corpus   # prepared by spacy_elmo.training.corpus (+ vocab.txt)
 
-Each candidate trains with ``python -m training.pretrain`` for ``--minutes`` on this machine's cores,
+Each candidate trains with ``python -m spacy_elmo.training.pretrain`` for ``--minutes`` on this machine's cores,
 evaluating the first 10,000 dev tokens every minute; then its full-softmax perplexity on the whole
 dev and test splits. Finished candidates are kept in bench/out/sweep/ and not run again (``--fresh``
 runs them again). Writes bench/results/sweep-cpu.json and .png (dev perplexity against minutes, one
@@ -76,9 +76,9 @@ def workflow_corpus() -> Path:
     if not (corpus / "vocab.txt").exists():
         text = OUT / "text"
         steps = [
-            ["training.builtin_text", "gensim", str(text), "--lang", "en"],
-            ["training.corpus", str(corpus), "--source", str(text), "--split", "0.96,0.02,0.02", "--pipeline", "en"],
-            ["training.vocab", str(corpus), str(corpus / "vocab.txt"), "--max-size", "20000"],
+            ["spacy_elmo.training.builtin_text", "gensim", str(text), "--lang", "en"],
+            ["spacy_elmo.training.corpus", str(corpus), "--source", str(text), "--split", "0.96,0.02,0.02"],
+            ["spacy_elmo.training.vocab", str(corpus), str(corpus / "vocab.txt"), "--max-size", "20000"],
         ]
         for step in steps:
             subprocess.run([sys.executable, "-m", *step], check=True, cwd=ROOT)
@@ -95,7 +95,8 @@ def run_candidate(name: str, corpus: Path, minutes: float, fresh: bool) -> Dict[
     settings = dict(COMMON, **CANDIDATES[name][1], corpus=str(corpus), vocab=str(corpus / "vocab.txt"))
     settings["max_minutes"] = minutes
     overrides = [f"--set={key}={json.dumps(value)}" for key, value in settings.items()]
-    subprocess.run([sys.executable, "-m", "training.pretrain", "--output", str(run), *overrides], check=True, cwd=ROOT)
+    command = [sys.executable, "-m", "spacy_elmo.training.pretrain", "--output", str(run), *overrides]
+    subprocess.run(command, check=True, cwd=ROOT)
     result = score(name, run, corpus, settings, minutes)
     kept.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -104,8 +105,8 @@ def run_candidate(name: str, corpus: Path, minutes: float, fresh: bool) -> Dict[
 def score(name: str, run: Path, corpus: Path, settings: Dict[str, Any], minutes: float) -> Dict[str, Any]:
     """Throughput, the dev curve and the full-softmax perplexity on the whole dev and test splits."""
     from spacy_elmo import load_bilm
-    from training.corpus import read_sentences
-    from training.evaluate import evaluate
+    from spacy_elmo.training.corpus import read_sentences
+    from spacy_elmo.training.evaluate import evaluate
 
     records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     steps = [r for r in records if "loss" in r]

@@ -1,5 +1,5 @@
 """Pretraining throughput per preset, with bf16 autocast and torch.compile on and off: tokens/s and
-peak memory of `training.pretrain` for a fixed number of steps, each configuration in its own process.
+peak memory of `spacy_elmo.training.pretrain` for a fixed number of steps, each configuration in its own process.
 
     python bench/bench_train_speed.py --device cuda                      # mini, small, original; 4 variants each
     python bench/bench_train_speed.py --presets original --steps 40 --variants bf16
@@ -51,7 +51,7 @@ def measure(preset: str, variant: str, corpus: Path, vocab: Path, steps: int, lo
         "checkpoint_every": 10**9,
         "checkpoint_minutes": 10**6,
     }
-    command = [sys.executable, "-m", "training.pretrain", str(BASE_CONFIG), "--output", str(run)]
+    command = [sys.executable, "-m", "spacy_elmo.training.pretrain", str(BASE_CONFIG), "--output", str(run)]
     command += [f"--set={key}={json.dumps(value)}" for key, value in settings.items()]
     if run.exists():
         import shutil
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--log-every", type=int, default=5)
-    parser.add_argument("--corpus", type=Path, help="a prepared corpus (training.corpus); default: shared/data's")
+    parser.add_argument("--corpus", type=Path, help="from spacy_elmo.training.corpus; default: shared/data's")
     parser.add_argument("--vocab", type=Path, help="its vocabulary; default: 30,000 words of its training split")
     args = parser.parse_args()
     import torch

@@ -11,8 +11,8 @@
 # .gpu/distinfo/     spacy-elmo's entry points (the elmo factory) for the code in the working tree
 # .gpu/shared/       the fixture, the corpus's valid and test text and 1 MB of its training text, the
 #                    peer's tools: a ../shared for the tests and benchmarks there
-# .gpu/corpus/       3 MB of training text prepared for pretraining (training.corpus) and its vocabulary
-# .gpu/downstream/   UD English-EWT as DocBins: 10% of train, and dev (training.downstream.data)
+# .gpu/corpus/       3 MB of training text prepared for pretraining (spacy_elmo.training.corpus) and its vocabulary
+# .gpu/downstream/   UD English-EWT as DocBins: 10% of train, and dev (spacy_elmo.training.downstream.data)
 # .gpu/wrk/          wrk (Debian's, `apt-get install wrk` here first) and its LuaJIT: bench_serve's load generator
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,15 +62,15 @@ $PY - "$work/train.txt" "$SHARED/data/corpus" << 'EOF'
 import sys
 from pathlib import Path
 
-from training.corpus import prepare_corpus, read_sentences
-from training.vocab import Vocabulary
+from spacy_elmo.training.corpus import prepare_corpus, read_sentences
+from spacy_elmo.training.vocab import Vocabulary
 
 train, corpus = Path(sys.argv[1]), Path(sys.argv[2])
 splits = {"train": [train], "dev": [corpus / "valid.txt"], "test": [corpus / "test.txt"]}
 prepare_corpus(Path(".gpu/corpus/corpus"), splits, pipeline="en")
 Vocabulary.from_sentences(read_sentences(Path(".gpu/corpus/corpus/train")), 30000).save(Path(".gpu/corpus/vocab.txt"))
 EOF
-$PY -m training.downstream.data "$SHARED/data" "$work/downstream" > /dev/null
+$PY -m spacy_elmo.training.downstream.data "$SHARED/data" "$work/downstream" > /dev/null
 cp "$work/downstream/upos-train-10.spacy" "$work/downstream/upos-dev.spacy" .gpu/downstream/
 # wrk for bench_serve.py (the `serve` stage); the GPU machine has the C and SSL libraries it links
 if command -v wrk > /dev/null; then

@@ -86,12 +86,12 @@ def with_this_checkout() -> dict:
 
 
 def run_report(*arguments: str) -> str:
-    """training.downstream.report's command with ``--output RESULTS.md --results out`` and
+    """spacy_elmo.training.downstream.report's command with ``--output RESULTS.md --results out`` and
     ``arguments``, in the working directory; the RESULTS.md it wrote."""
     import typer
     from typer.testing import CliRunner
 
-    from training.downstream import report
+    from spacy_elmo.training.downstream import report
 
     app = typer.Typer()
     app.command()(report.main)

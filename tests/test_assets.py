@@ -20,7 +20,7 @@ from conftest import SHARED
 from file_server import FileServer
 from weasel.util import load_project_config
 
-from training.downstream.assets import (
+from spacy_elmo.training.downstream.assets import (
     MEASURED_WIC_MD5,
     WIC_FILES,
     check_layout,

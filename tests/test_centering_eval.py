@@ -1,5 +1,5 @@
-"""Measuring raw against centred vectors (training.downstream.centering), its RESULTS.md section, and
-pipelines assembled with a centering corpus (training.packaging.assemble)."""
+"""Measuring raw against centred vectors (spacy_elmo.training.downstream.centering), its RESULTS.md section, and
+pipelines assembled with a centering corpus (spacy_elmo.training.packaging.assemble)."""
 
 import json
 
@@ -9,7 +9,7 @@ import spacy
 from conftest import SHARED
 from typer.testing import CliRunner
 
-from training.corpus import ShardWriter
+from spacy_elmo.training.corpus import ShardWriter
 
 DATA = SHARED / "data"
 
@@ -45,8 +45,8 @@ def small_data(tmp_path_factory):
 
 
 def test_assembled_pipeline_is_centred_on_its_corpus(tiny_weights, shards, tmp_path):
-    from training.corpus import read_sentences
-    from training.packaging.assemble import assemble
+    from spacy_elmo.training.corpus import read_sentences
+    from spacy_elmo.training.packaging.assemble import assemble
 
     nlp = assemble(tiny_weights, tmp_path / "pipeline", centering_corpus=shards)
     centering = spacy.load(tmp_path / "pipeline").get_pipe("elmo").centering
@@ -60,8 +60,8 @@ def test_assembled_pipeline_is_centred_on_its_corpus(tiny_weights, shards, tmp_p
 def test_centering_measures_raw_against_centred_and_reports_it(tiny_weights, shards, small_data, tmp_path, monkeypatch):
     import typer
 
-    from training.downstream import centering, report, wic
-    from training.packaging.assemble import assemble
+    from spacy_elmo.training.downstream import centering, report, wic
+    from spacy_elmo.training.packaging.assemble import assemble
 
     assemble(tiny_weights, tmp_path / "pipeline")
     monkeypatch.chdir(tmp_path)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import spacy
 
-from training.packaging import demo
-from training.packaging.demo_text import DEMO_TEXT
+from spacy_elmo.training.packaging import demo
+from spacy_elmo.training.packaging.demo_text import DEMO_TEXT
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import json
 import spacy
 
 from spacy_elmo.tasks.conllu import conllu_docs
-from training.corpus import read_sentences
-from training.downstream.data import nested_subsets, save_task_text, wnut_docs
+from spacy_elmo.training.corpus import read_sentences
+from spacy_elmo.training.downstream.data import nested_subsets, save_task_text, wnut_docs
 
 CONLLU = """# sent_id = a
 # text = I don't know.
@@ -72,7 +72,7 @@ def test_data_files_and_language_are_settings(tmp_path):
     from spacy.tokens import DocBin
     from typer.testing import CliRunner
 
-    from training.downstream.data import main
+    from spacy_elmo.training.downstream.data import main
 
     for split in ("train", "dev", "test"):
         (tmp_path / "tags").mkdir(exist_ok=True)
@@ -106,7 +106,7 @@ def test_every_shared_word_similarity_set_is_scored_by_default(tmp_path):
     import pytest
     from conftest import SHARED
 
-    from training.downstream.similarity import SETS, read_pairs
+    from spacy_elmo.training.downstream.similarity import SETS, read_pairs
 
     folder = SHARED / "data" / "word-similarity"
     if not folder.is_dir():

@@ -1,4 +1,4 @@
-"""UPOS with the elmo component in reduced precision (training.downstream.precision): the precision
+"""UPOS with the elmo component in reduced precision (spacy_elmo.training.downstream.precision): the precision
 reaches the component that spacy train sources, the runs are named apart from fp32's, and the
 summary, plot and RESULTS.md section follow from the scores."""
 
@@ -16,8 +16,8 @@ from spacy_elmo.cli import tasks as task_commands
 from spacy_elmo.cli.tasks import pipeline as source_pipeline_command
 from spacy_elmo.pipeline.component import Elmo
 from spacy_elmo.tasks.shipped_configs import config_path
-from training.downstream import precision, report, tasks
-from training.downstream.pipeline import with_precision
+from spacy_elmo.training.downstream import precision, report, tasks
+from spacy_elmo.training.downstream.pipeline import with_precision
 
 UPOS_ELMO = config_path("upos-elmo")
 

@@ -359,9 +359,9 @@ def test_lexicon_is_read_as_written(tmp_path):
 def test_an_imported_model_trains_through_its_own_vocabulary(tmp_path):
     """Pretraining batches go through the biLM's indexer (char table, boundaries as it names them)."""
     from spacy_elmo import BiLM
-    from training.loop.batching import TokenTable, make_batch
-    from training.loop.objective import LanguageModelLoss
-    from training.vocab import Vocabulary
+    from spacy_elmo.training.loop.batching import TokenTable, make_batch
+    from spacy_elmo.training.loop.objective import LanguageModelLoss
+    from spacy_elmo.training.vocab import Vocabulary
 
     directory = tmp_path / "model"
     directory.mkdir()

@@ -67,8 +67,8 @@ def test_a_pretraining_checkpoint_can_be_resumed_by_another_account(tmp_path, um
     import torch
     from conftest import random_bilm
 
-    from training.loop.checkpoint import load_checkpoint, save_checkpoint
-    from training.vocab import SPECIALS, Vocabulary
+    from spacy_elmo.training.loop.checkpoint import load_checkpoint, save_checkpoint
+    from spacy_elmo.training.vocab import SPECIALS, Vocabulary
 
     vocab = Vocabulary(list(SPECIALS) + ["the"], [5, 5, 1, 3])
     optimizer = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(4)}}, "param_groups": [{"lr": 0.1}]}

@@ -176,7 +176,7 @@ def test_malicious_pickle_in_pipeline_or_checkpoint_is_refused(nlp, tmp_path):
     (tmp_path / "pipeline" / "elmo" / "model").write_bytes(pickle.dumps(Payload()))
     with pytest.raises(ValueError, match="is not a readable elmo model"):
         spacy.load(tmp_path / "pipeline")
-    from training.loop.checkpoint import load_checkpoint
+    from spacy_elmo.training.loop.checkpoint import load_checkpoint
 
     checkpoint = tmp_path / "step-00000001"
     checkpoint.mkdir()

@@ -9,8 +9,8 @@ import pytest
 import spacy
 from typer.testing import CliRunner
 
-from training import builtin_text
-from training.packaging import demo
+from spacy_elmo.training import builtin_text
+from spacy_elmo.training.packaging import demo
 
 SENTENCE = "Григорианският календар е въведен в България през 1916 година."
 

@@ -231,3 +231,45 @@ def test_a_bilm_of_your_own_and_an_original_release_folder_are_packaged_as_a_nam
     lang, pipes, shape = install_and_run(fresh_python, output / "de_elmo_fixture-0.0.1", check, tmp_path)
     assert lang == "de" and pipes == ["sentencizer", "elmo"] and shape == [3, 7, 32]
     assert list((output / f"en_elmo_{tiny_weights.name}-0.0.1" / "dist").glob("*.whl")), "named after its folder"
+
+
+def test_the_installed_wheel_pretrains_from_an_empty_folder(fresh_python, tmp_path):
+    """What `pip install "spacy-elmo[train]"` gives runs docs/pretraining.md's steps from a folder with
+    nothing but text in it: corpus, vocabulary, a few steps of a shipped config (by name), the
+    perplexity; the code is the wheel's `spacy_elmo.training`, and no top-level `training` is installed."""
+    import json
+
+    corpus_text = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    for name, lines in (
+        ("train.txt", corpus_text[:400]),
+        ("dev.txt", corpus_text[400:440]),
+        ("test.txt", corpus_text[440:480]),
+    ):
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    where = "import importlib.util, spacy_elmo.training as t; print(t.__file__, importlib.util.find_spec('training'))"
+    location, top_level = run(fresh_python, "-c", where, cwd=folder).split()
+    assert location.startswith(str(fresh_python.parents[1])) and top_level == "None"
+
+    def step(*arguments):
+        return run(fresh_python, "-m", *arguments, cwd=folder)
+
+    step("spacy_elmo.training.corpus", "corpus", "--train", "train.txt", "--dev", "dev.txt", "--test", "test.txt")
+    step("spacy_elmo.training.vocab", "corpus", "vocab.txt", "--max-size", "2000")
+    settings = {"preset": "tiny", "max_steps": 3, "batch_tokens": 200, "threads": 1}
+    overrides = [f"--set={key}={json.dumps(value)}" for key, value in settings.items()]
+    done = step(
+        "spacy_elmo.training.pretrain",
+        "pretrain-cpu",
+        "-o",
+        "run",
+        "--set",
+        "corpus=corpus",
+        "--set",
+        "vocab=vocab.txt",
+        *overrides,
+    )
+    assert "Done: 3 steps" in done and (folder / "run" / "bilm").is_dir(), done
+    scores = json.loads(step("spacy_elmo.training.evaluate", "run", "--shards", "corpus/test"))
+    assert scores["perplexity"] > 1.0 and scores["unigram_perplexity"] > 1.0, scores

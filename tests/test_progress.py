@@ -5,8 +5,8 @@ import io
 from tqdm import tqdm
 
 import spacy_elmo.progress as progress
-from training.loop.run_state import RunState
-from training.pretrain import _progress_figures
+from spacy_elmo.training.loop.run_state import RunState
+from spacy_elmo.training.pretrain import _progress_figures
 
 
 class FakeClock:

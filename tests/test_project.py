@@ -13,8 +13,8 @@ import spacy
 import srsly
 
 from spacy_elmo import BiLMConfig, load_bilm
-from training.loop.train_config import TrainConfig
-from training.vocab import Vocabulary
+from spacy_elmo.training.loop.train_config import TrainConfig
+from spacy_elmo.training.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,10 +1,10 @@
-"""The learning rate over a run's budget (training.loop.schedule) and the settings that drive it."""
+"""The learning rate over a run's budget (spacy_elmo.training.loop.schedule) and the settings that drive it."""
 
 import pytest
 import typer
 
-from training.loop.schedule import budget_spent, scheduled_lr
-from training.loop.train_config import TrainConfig
+from spacy_elmo.training.loop.schedule import budget_spent, scheduled_lr
+from spacy_elmo.training.loop.train_config import TrainConfig
 
 
 def test_warmup_cosine_rises_over_the_warmup_then_falls_to_the_final_fraction():

@@ -14,13 +14,13 @@ import torch
 from conftest import make_nlp
 
 from spacy_elmo import load_bilm
-from training.corpus import prepare_corpus, read_sentences
-from training.evaluate import evaluate
-from training.evaluate import main as evaluate_cli
-from training.loop.batching import TokenTable, make_batch, open_streams
-from training.loop.train_config import TrainConfig
-from training.pretrain import train
-from training.vocab import Vocabulary
+from spacy_elmo.training.corpus import prepare_corpus, read_sentences
+from spacy_elmo.training.evaluate import evaluate
+from spacy_elmo.training.evaluate import main as evaluate_cli
+from spacy_elmo.training.loop.batching import TokenTable, make_batch, open_streams
+from spacy_elmo.training.loop.train_config import TrainConfig
+from spacy_elmo.training.pretrain import train
+from spacy_elmo.training.vocab import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 STORY = [
@@ -111,8 +111,8 @@ def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
 
 def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_path):
     """Evaluations during training name their subset; the last line is the whole dev split, equal
-    to what training.evaluate gives for the run."""
-    from training.evaluate import evaluate
+    to what spacy_elmo.training.evaluate gives for the run."""
+    from spacy_elmo.training.evaluate import evaluate
 
     run = tmp_path / "run"
     state = train(config(corpus, max_steps=3, eval_every=1, eval_tokens=60), run)
@@ -257,7 +257,7 @@ def test_a_setting_of_the_wrong_type_is_an_error_naming_it_its_value_and_the_typ
     import typer
     from typer.testing import CliRunner
 
-    from training.pretrain import app
+    from spacy_elmo.training.pretrain import app
 
     with pytest.raises(typer.BadParameter, match=r"Training setting lr must be a number, got 'abc'\."):
         TrainConfig.load(None, ["lr=abc"])
@@ -278,8 +278,8 @@ def test_a_setting_of_the_wrong_type_is_an_error_naming_it_its_value_and_the_typ
 def test_unknown_optimizer_or_softmax_names_the_known_ones():
     from spacy_elmo.network.bilm import BiLM
     from spacy_elmo.network.config import BiLMConfig
-    from training.loop.objective import LanguageModelLoss
-    from training.loop.optimizers import make_optimizer
+    from spacy_elmo.training.loop.objective import LanguageModelLoss
+    from spacy_elmo.training.loop.optimizers import make_optimizer
 
     with pytest.raises(ValueError, match=r"optimizer must be one of \('adagrad', 'adam'\), got 'sgd'\."):
         make_optimizer("sgd", [torch.nn.Parameter(torch.zeros(2))], 0.1)
@@ -290,7 +290,7 @@ def test_unknown_optimizer_or_softmax_names_the_known_ones():
 
 def pretrain_command(corpus, run, **settings):
     overrides = [f"--set={k}={json.dumps(v)}" for k, v in vars(config(corpus, **settings)).items()]
-    return [sys.executable, "-m", "training.pretrain", "--output", str(run), *overrides]
+    return [sys.executable, "-m", "spacy_elmo.training.pretrain", "--output", str(run), *overrides]
 
 
 def pretrain_in_subprocess(corpus, run, **settings):
@@ -339,7 +339,7 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
         "--nproc_per_node=2",
         "--master_port=29533",
         "-m",
-        "training.pretrain",
+        "spacy_elmo.training.pretrain",
     ]
     done = subprocess.run(
         ddp + pretrain_command(corpus, tmp_path / "two", **settings)[3:],
@@ -370,7 +370,7 @@ def launcher(nodes: int, processes: int, node_rank: int, port: int) -> list:
         "--rdzv_id=two-node-test",
         "--max_restarts=0",
         "-m",
-        "training.pretrain",
+        "spacy_elmo.training.pretrain",
     ]
 
 
@@ -495,7 +495,7 @@ def test_full_disk_while_checkpointing_fails_loudly_and_keeps_the_previous_one(c
 
 
 def test_non_finite_loss_names_the_step_and_batch(corpus, tmp_path, monkeypatch):
-    from training.loop.objective import LanguageModelLoss
+    from spacy_elmo.training.loop.objective import LanguageModelLoss
 
     real_forward = LanguageModelLoss.forward
     calls = []
@@ -526,7 +526,7 @@ def crash(tensors, path, metadata=None):
         os._exit(137)
     return real_save(tensors, path, metadata=metadata)
 safetensors.torch.save_file = crash
-from training.pretrain import app
+from spacy_elmo.training.pretrain import app
 app(sys.argv[1:])
 """
 
@@ -563,7 +563,7 @@ def test_fine_tuning_from_a_run_keeps_its_vocabulary_and_head(corpus, tmp_path):
 
 
 def test_a_checkpoint_written_before_the_typed_state_resumes_with_its_figures():
-    from training.loop.run_state import RunState, state_from_checkpoint, state_to_checkpoint
+    from spacy_elmo.training.loop.run_state import RunState, state_from_checkpoint, state_to_checkpoint
 
     before = {"step": 7, "tokens": 900, "elapsed": 12.5, "best_dev": 80.1, "streams": {"0": [1, 2]}, "world": 1}
     state, data_streams = state_from_checkpoint(before)  # no data_streams, evaluations_since_best, final_dev
@@ -586,8 +586,8 @@ def test_a_checkpoint_written_before_the_typed_state_resumes_with_its_figures():
 def test_pretraining_shows_its_budget_done_out_of_total(budget, shown):
     """The bar counts what ends the run (steps, minutes, or the larger share of both), so its total
     and ETA are the run's; a run without a budget counts steps."""
-    from training.loop.run_state import RunState
-    from training.pretrain import BudgetProgress
+    from spacy_elmo.training.loop.run_state import RunState
+    from spacy_elmo.training.pretrain import BudgetProgress
 
     state = RunState()
     progress = BudgetProgress(TrainConfig(**budget), state, disable=False)

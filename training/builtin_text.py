@@ -11,8 +11,8 @@
   gensim's Russian text (``crime-and-punishment.txt``, about 500 words) is too small to pretrain on.
 - ``wikitext``: WikiText-103 (the optional ``wikitext-103`` asset of project.yml), from its raw zip.
 
-    python -m training.builtin_text gensim assets/text/en [--lang en] [--max-docs N]
-    python -m training.builtin_text wikitext assets/wikitext-103-raw-v1.zip assets/wikitext
+    python -m spacy_elmo.training.builtin_text gensim assets/text/en [--lang en] [--max-docs N]
+    python -m spacy_elmo.training.builtin_text wikitext assets/wikitext-103-raw-v1.zip assets/wikitext
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ tokens are cut into pieces, as at inference.
 Output: ``OUT/<split>/shard-00000.jsonl`` (a JSON list of tokens per line) and
 ``OUT/manifest.json`` (written last: its presence means the corpus is complete).
 
-    python -m training.corpus OUT --train a.txt --dev b.txt --test c.txt [--pipeline en]
-    python -m training.corpus OUT --source texts/ --split 0.98,0.01,0.01
+    python -m spacy_elmo.training.corpus OUT --train a.txt --dev b.txt --test c.txt [--pipeline en]
+    python -m spacy_elmo.training.corpus OUT --source texts/ --split 0.98,0.01,0.01
 """
 
 from __future__ import annotations

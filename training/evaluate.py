@@ -1,8 +1,8 @@
 """Perplexity of a biLM on held-out text (always the full softmax), as JSON.
 
-    python -m training.evaluate RUN --text held-out.txt --output ppl.json
-    python -m training.evaluate MODEL --shards corpus/test --output ppl.json
-    python -m training.evaluate RUN --split test --output ppl.json   # the run's own corpus
+    python -m spacy_elmo.training.evaluate RUN --text held-out.txt --output ppl.json
+    python -m spacy_elmo.training.evaluate MODEL --shards corpus/test --output ppl.json
+    python -m spacy_elmo.training.evaluate RUN --split test --output ppl.json   # the run's own corpus
 
 MODEL is a biLM with its LM head and ``vocab.txt``: a training checkpoint, or a run directory
 (the run's result: the weights of its best dev evaluation, which RUN/bilm holds). Reported: forward,

@@ -1,6 +1,6 @@
 """Run a training module on N GPUs: torchrun for N > 1, a plain process otherwise (CPU or one GPU).
 
-python -m training.launch 4 training.pretrain CONFIG --output RUN ...
+python -m spacy_elmo.training.launch 4 spacy_elmo.training.pretrain CONFIG --output RUN ...
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def command(gpus: int, module: str, arguments: list) -> list:
 
 def main(argv: list) -> int:
     if len(argv) < 2 or not argv[0].isdigit():
-        print("usage: python -m training.launch N_GPUS MODULE [ARGS...]", file=sys.stderr)
+        print("usage: python -m spacy_elmo.training.launch N_GPUS MODULE [ARGS...]", file=sys.stderr)
         return 2
     gpus, module, arguments = int(argv[0]), argv[1], argv[2:]
     env = dict(os.environ)

@@ -1,19 +1,19 @@
-"""Pretrain a biLM on a prepared corpus (training.corpus) with a vocabulary (training.vocab).
+"""Pretrain a biLM on a prepared corpus (spacy_elmo.training.corpus) with a vocabulary (spacy_elmo.training.vocab).
 
-    python -m training.pretrain training/configs/pretrain-cpu.json --output runs/small
-    torchrun --nproc_per_node 4 -m training.pretrain training/configs/pretrain-gpu.json --output runs/big
-    python -m training.pretrain CONFIG --output RUN --set max_steps=100 --set softmax=sampled
+    python -m spacy_elmo.training.pretrain pretrain-cpu --output runs/mini
+    torchrun --nproc_per_node 4 -m spacy_elmo.training.pretrain pretrain-gpu --output runs/big
+    python -m spacy_elmo.training.pretrain CONFIG --output RUN --set max_steps=100 --set softmax=sampled
 
 One process per device; under torchrun, DDP (NCCL on GPUs, gloo on CPU). Each process reads only
-its own data streams (training.loop.batching). A run resumes from RUN/checkpoints/latest when there is
+its own data streams (spacy_elmo.training.loop.batching). A run resumes from RUN/checkpoints/latest when there is
 one, with the same data order, RNG states and optimizer state, so its loss curve continues as if
 never stopped. Only rank 0 writes: RUN/log.jsonl, RUN/curve.png, RUN/checkpoints/ (with the best dev
 evaluation's weights, RUN/checkpoints/best), and at the end RUN/bilm/: those best weights, native,
 for the elmo component.
 
-This module is the loop; the pieces it runs are: training.loop.train_config (the settings),
-training.loop.session (setup, resume, checkpoints), training.loop.step (one step), training.loop.run_log (the
-log), training.loop.objective (the loss and perplexity) and training.loop.lm_head (the final weights).
+This module is the loop; the pieces it runs are in ``loop``: train_config (the settings), session
+(setup, resume, checkpoints), step (one step), run_log (the log), objective (the loss and
+perplexity) and lm_head (the final weights).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _take_the_best_weights(session: Session, log: JsonlLog) -> None:
 
 def _evaluate_on_full_dev(session: Session, log: JsonlLog) -> None:
     """The run's final figure: perplexity on the whole dev split of its final (best) weights, what
-    ``training.evaluate RUN --split dev`` gives; into the log and the state (``final_dev``)."""
+    ``spacy_elmo.training.evaluate RUN --split dev`` gives; into the log and the state (``final_dev``)."""
     state, cfg = session.state, session.cfg
     batches = dev_batches(Path(cfg.corpus), session.table, sys.maxsize, cfg.batch_tokens)
     scores = perplexity(session.loss_module, batches, session.processes.device)
@@ -196,7 +196,9 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def main(
-    config: Optional[Path] = typer.Argument(None, help="A JSON file of TrainConfig settings."),
+    config: Optional[Path] = typer.Argument(
+        None, help="A JSON file of TrainConfig settings, or a shipped config's name: pretrain-cpu, pretrain-gpu, ..."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory (resumed if it has checkpoints)."),
     set_: List[str] = typer.Option([], "--set", help="key=value overriding the config (JSON values)."),
 ) -> None:

@@ -113,7 +113,7 @@ def package(
     weights: str = typer.Argument(
         ...,
         help="What the elmo component's weights take: a catalogue name (see `models`), a URL, a biLM folder "
-        "(training.pretrain's RUN/bilm) or an original release folder (options.json and weights.hdf5).",
+        "(spacy_elmo.training.pretrain's RUN/bilm) or an original release folder (options.json and weights.hdf5).",
     ),
     output: Path = typer.Argument(..., help="Directory for the package (made where it does not exist)."),
     version: str = typer.Option("0.0.1", "--version", help="Package version."),

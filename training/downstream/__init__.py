@@ -1,5 +1,5 @@
 """Downstream evaluation of a biLM: the paper's claims, measured (project.yml workflow
-``downstream``). Each step is a command module, run as ``python -m training.downstream.MODULE``:
+``downstream``). Each step is a command module, run as ``python -m spacy_elmo.training.downstream.MODULE``:
 
 - assets: the data from its public URLs (project.yml's assets) when ../shared/data is absent: unpacks
   the WiC zip and checks that the folder holds every file the workflow reads.

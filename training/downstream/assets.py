@@ -6,7 +6,7 @@ read, see ``workflow_files``), and the WiC release as ``assets/WiC_dataset.zip``
 ``downstream-assets`` command) unpacks the zip into ``assets/downstream/wic/`` and checks that the
 folder holds every file the workflow reads:
 
-    python -m training.downstream.assets assets/WiC_dataset.zip assets/downstream
+    python -m spacy_elmo.training.downstream.assets assets/WiC_dataset.zip assets/downstream
     spacy project run downstream . --vars.downstream_data assets/downstream
 
 The files are written atomically, byte for byte as the zip holds them.

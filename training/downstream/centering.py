@@ -3,7 +3,7 @@ cosine similarity mean more? (spacy_elmo.pipeline.centering; the elmo component'
 ``remove_directions``.) Writes metrics/downstream/centering.json and the plot
 bench/results/downstream-centering.png.
 
-    python -m training.downstream.centering --elmo pipelines/elmo-downstream --data ../shared/data \
+    python -m spacy_elmo.training.downstream.centering --elmo pipelines/elmo-downstream --data ../shared/data \
         --text corpus/downstream/text/train
 
 For each kind of vector (each layer, each mix) the mean and the principal directions are estimated

@@ -7,8 +7,8 @@
   fine-tuning the biLM on the tasks' domain (Peters et al. 2018, Section 3.4). Only the train split
   is trained on; dev picks the checkpoint and test is reported.
 
-    python -m training.downstream.data DATA_DIR OUT_DIR
-    python -m training.downstream.data DATA_DIR OUT_DIR --lang en \
+    python -m spacy_elmo.training.downstream.data DATA_DIR OUT_DIR
+    python -m spacy_elmo.training.downstream.data DATA_DIR OUT_DIR --lang en \
         --upos "ud-english-ewt/en_ewt-ud-{split}.conllu" --ner "wnut17/{split}.conll"
 
 The files are given relative to DATA_DIR, with ``{split}`` for train, dev and test; the language
@@ -67,7 +67,7 @@ def nested_subsets(docs: Sequence[Doc], fractions: Sequence[int], seed: int) -> 
 
 
 def save_task_text(docs_by_split: Dict[str, Sequence[Doc]], output: Path) -> Dict:
-    """Unlabeled token lists of each split as corpus shards plus a manifest (training.corpus's layout)."""
+    """Unlabeled token lists of each split as corpus shards plus a manifest (spacy_elmo.training.corpus's layout)."""
     manifest: Dict = {
         "pipeline": "gold tokens of UD English-EWT and WNUT-17",
         "max_sentence_length": MAX_SENTENCE_LENGTH,

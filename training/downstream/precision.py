@@ -1,9 +1,10 @@
 """UPOS accuracy at 1% with the elmo component in each precision (``precision``: fp32, bf16, int8;
-spacy_elmo/kernels/precision.py): the +ELMo tagger of training.downstream.tasks, trained and evaluated with
+spacy_elmo/kernels/precision.py): the +ELMo tagger of spacy_elmo.training.downstream.tasks, trained and evaluated with
 the same biLM pipeline, data, budget and seeds, the frozen component's matmuls in fp32, bf16 or int8.
 Writes metrics/downstream/precision.json and the plot bench/results/downstream-precision.png.
 
-    python -m training.downstream.precision --data corpus/downstream --elmo pipelines/elmo-downstream --seeds 3
+    python -m spacy_elmo.training.downstream.precision --data corpus/downstream \
+        --elmo pipelines/elmo-downstream --seeds 3
 
 The fp32 runs are those of ``tasks upos 1 elmo`` (upos-1-elmo; finished seeds are reused, as tasks
 does); bf16 and int8 train as upos-1-elmo-bf16 and upos-1-elmo-int8, from a copy of the pipeline with
@@ -83,7 +84,7 @@ def check_precisions(precisions: Optional[List[str]]) -> List[str]:
 
 
 def main(
-    data: Path = typer.Option(..., help="Output of training.downstream.data."),
+    data: Path = typer.Option(..., help="Output of spacy_elmo.training.downstream.data."),
     elmo: Path = typer.Option(
         ..., help="The pipeline from `python -m spacy_elmo pipeline` (its elmo component in fp32)."
     ),

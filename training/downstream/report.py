@@ -1,8 +1,8 @@
-"""The report of the downstream evaluation: metrics/downstream/*.json (training.downstream.tasks,
+"""The report of the downstream evaluation: metrics/downstream/*.json (spacy_elmo.training.downstream.tasks,
 wic, similarity) and what the biLM is (its run's config, log and perplexity) into RESULTS.md,
 bench/results/downstream.json and a plot of the layer weights each task learned.
 
-    python -m training.downstream.report --bilm runs/elmo --perplexity metrics/perplexity.json
+    python -m spacy_elmo.training.downstream.report --bilm runs/elmo --perplexity metrics/perplexity.json
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def _markdown(
 
 
 def centering_section(result: Dict, plot: Path, home: Path) -> str:
-    """Section 6: raw against centred vectors (training.downstream.centering), from the same biLM."""
+    """Section 6: raw against centred vectors (spacy_elmo.training.downstream.centering), from the same biLM."""
     corrections, sets = list(result["wic"]), list(result["similarity"])
     kind = "mix: average"
     lines = [
@@ -305,7 +305,7 @@ def _verdict(result: Dict, kind: str) -> str:
 
 
 def precision_section(result: Dict, plot: Path, home: Path) -> str:
-    """Section 7: UPOS at 1% with the elmo component in each precision (training.downstream.precision)."""
+    """Section 7: UPOS at 1% with the elmo component in each precision (spacy_elmo.training.downstream.precision)."""
     per_precision = result["precisions"]
     seeds = _seeds(*per_precision.values())
     lines = [

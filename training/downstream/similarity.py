@@ -2,8 +2,8 @@
 judgements, each word embedded alone between <S> and </S>; layer 0 against the mixes. Writes
 metrics/downstream/similarity.json.
 
-    python -m training.downstream.similarity --elmo pipelines/elmo-downstream --data ../shared/data
-    python -m training.downstream.similarity ... --sets MEN=word-similarity/EN-MEN-TR-3k.txt --sets ...
+    python -m spacy_elmo.training.downstream.similarity --elmo pipelines/elmo-downstream --data ../shared/data
+    python -m spacy_elmo.training.downstream.similarity ... --sets MEN=word-similarity/EN-MEN-TR-3k.txt --sets ...
 
 Each set is ``NAME=FILE``, the file relative to --data with one ``word<TAB>word<TAB>score`` per line
 (``\n`` or ``\r\n``). The default sets: MEN, WordSim-353, SimLex-999, SimVerb-3500 and the Stanford Rare

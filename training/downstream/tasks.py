@@ -2,7 +2,8 @@
 once per seed, each model then scored by ``spacy evaluate`` on the test split; the mean over seeds goes to
 metrics/downstream/TASK-SIZE-VARIANT.json, with the layer weights the +ELMo models learned.
 
-    python -m training.downstream.tasks upos 1 elmo --data corpus/downstream --elmo pipelines/elmo-downstream --seeds 3
+    python -m spacy_elmo.training.downstream.tasks upos 1 elmo --data corpus/downstream \
+        --elmo pipelines/elmo-downstream --seeds 3
 
 upos: UPOS accuracy with 1%, 10% or 100% of the training sentences; ner: entity F1. The baseline
 and +ELMo runs of a (task, size) have the same training budget (BUDGETS). ``--precision bf16|int8``
@@ -45,7 +46,7 @@ def main(
     task: str,
     size: int,
     variant: str,
-    data: Path = typer.Option(..., help="Output of training.downstream.data."),
+    data: Path = typer.Option(..., help="Output of spacy_elmo.training.downstream.data."),
     elmo: Optional[Path] = typer.Option(None, help="The pipeline from `python -m spacy_elmo pipeline` (+ELMo runs)."),
     runs: Path = typer.Option(Path("runs/downstream")),
     seeds: int = typer.Option(1, help="Train with seeds 0..N-1; the score is their mean test score."),

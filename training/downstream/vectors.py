@@ -1,6 +1,6 @@
 """The ELMo vectors that WiC and word similarity compare: every layer of a word, read in its
 sentence or alone between <S> and </S>, and mixes of the layers (the average, and the mix each
-task learned in training.downstream.tasks)."""
+task learned in spacy_elmo.training.downstream.tasks)."""
 
 from __future__ import annotations
 

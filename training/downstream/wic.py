@@ -2,7 +2,7 @@
 sense when the cosine of its vectors reaches a threshold tuned on dev; per layer and per mix.
 Writes metrics/downstream/wic.json.
 
-    python -m training.downstream.wic --elmo pipelines/elmo-downstream --data ../shared/data
+    python -m spacy_elmo.training.downstream.wic --elmo pipelines/elmo-downstream --data ../shared/data
 
 The files are given relative to --data, with ``{split}`` for dev and test: examples
 (``word<TAB>pos<TAB>i-j<TAB>first sentence<TAB>second sentence``, tokens split on spaces) and gold

@@ -52,8 +52,7 @@ def vocab_path(cfg: TrainConfig) -> Path:
     if source_vocab and source_vocab.is_file():
         return source_vocab
     raise ValueError(
-        "No vocabulary: set vocab (a vocab.txt from `python -m training.vocab`), or init_from a checkpoint that has "
-        "one."
+        "No vocabulary: set vocab (from `python -m spacy_elmo.training.vocab`), or init_from a checkpoint that has one."
     )
 
 

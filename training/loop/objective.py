@@ -21,7 +21,7 @@ from .softmax import SOFTMAXES, full_nll
 class LanguageModelLoss(nn.Module):
     """BiLM with an LM head -> summed NLL of the forward and of the backward predictions.
 
-    softmax: a name in ``training.loop.softmax.SOFTMAXES``: "full", or "sampled" with ``n_samples``
+    softmax: a name in ``spacy_elmo.training.loop.softmax.SOFTMAXES``: "full", or "sampled" with ``n_samples``
     log-uniform candidates per batch (training only; evaluation always uses the full softmax).
     """
 

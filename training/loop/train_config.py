@@ -36,11 +36,15 @@ class TrainConfig:
     preset: str = "small"  # BiLMConfig preset ...
     model: Dict[str, Any] = field(default_factory=dict)  # ... and overrides of its sizes
     init_from: Optional[str] = None  # a native biLM, checkpoint or run (its best weights) to continue training
-    softmax: str = "full"  # training.loop.objective.SOFTMAXES: "full" or "sampled"
+    softmax: str = "full"  # spacy_elmo.training.loop.objective.SOFTMAXES: "full" or "sampled"
     n_samples: int = 8192  # sampled softmax candidates per batch
-    optimizer: str = "adagrad"  # training.loop.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
+    optimizer: str = (
+        "adagrad"  # spacy_elmo.training.loop.optimizers.OPTIMIZERS: "adagrad" (the original, lr 0.2) or "adam"
+    )
     lr: float = 0.2  # the peak learning rate of lr_schedule
-    lr_schedule: str = "constant"  # training.loop.schedule.SCHEDULES: "constant" or "warmup-cosine" (over the budget)
+    lr_schedule: str = (
+        "constant"  # spacy_elmo.training.loop.schedule.SCHEDULES: "constant" or "warmup-cosine" (over the budget)
+    )
     warmup: float = 0.05  # warmup-cosine: fraction of the budget (max_minutes or max_steps) spent warming up
     final_lr: float = 0.1  # warmup-cosine: the learning rate at the end of the budget, as a fraction of lr
     clip_norm: float = 10.0  # gradient norm clipping; 0 disables
@@ -75,7 +79,9 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: Optional[Path], overrides: List[str]) -> "TrainConfig":
-        values: Dict[str, Any] = json.loads(Path(path).read_text()) if path else {}
+        """Settings from ``path`` (a JSON file, or the name of a shipped config: ``SHIPPED``) with
+        ``overrides`` (``key=value``, the value JSON where it parses) on top."""
+        values: Dict[str, Any] = json.loads(config_file(path).read_text()) if path else {}
         for item in overrides:
             key, sep, raw = item.partition("=")
             if not sep:
@@ -91,6 +97,24 @@ class TrainConfig:
             return cls(**values)
         except ValueError as err:
             raise typer.BadParameter(str(err)) from None
+
+
+# The configs that ship with the package (training/configs/), by name: a clone and a pip install alike
+SHIPPED = Path(__file__).resolve().parents[1] / "configs"
+
+
+def config_file(path: Path) -> Path:
+    """``path`` where it is a file, else the shipped config of that name (``pretrain-cpu`` or
+    ``pretrain-cpu.json``)."""
+    if Path(path).is_file():
+        return Path(path)
+    shipped = SHIPPED / Path(path).with_suffix(".json").name
+    if Path(path).name == str(path) and shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(config.stem for config in SHIPPED.glob("*.json")))
+    raise typer.BadParameter(
+        f"No config file {str(path)!r}; give a JSON file or the name of a shipped config: {names}."
+    )
 
 
 def _check_schedule_and_pace(cfg: "TrainConfig") -> None:

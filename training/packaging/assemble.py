@@ -1,7 +1,8 @@
 """Assemble a spaCy pipeline around a trained biLM: a blank pipeline of the corpus' language, a
 sentencizer (the sentence splitter the corpus was cut with) and the ``elmo`` component.
 
-    python -m training.packaging.assemble runs/elmo/bilm pipelines/elmo --lang en --name elmo_sample --version 0.0.1 \
+    python -m spacy_elmo.training.packaging.assemble runs/elmo/bilm pipelines/elmo --lang en --name elmo_sample \
+        --version 0.0.1 \
         --centering-corpus corpus/train
 
 With ``--centering-corpus`` the elmo component estimates the common direction of its vectors from

@@ -11,10 +11,10 @@
    senses, and pairs that share a sense.
 
 The words, their sense sentences and the sentence pairs come from a table per language
-(training.packaging.demo_text); for a language without one, the most frequent content words of the
+(spacy_elmo.training.packaging.demo_text); for a language without one, the most frequent content words of the
 reference text are shown in two of their contexts, and there are no sentence pairs.
 
-    python -m training.packaging.demo packages/ --name en_elmo_sample --corpus corpus/test \
+    python -m spacy_elmo.training.packaging.demo packages/ --name en_elmo_sample --corpus corpus/test \
         --top-up corpus/train --output metrics/demo.txt
 """
 
