@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_nlp, random_bilm
+from cpu_features import skip_where_it_falls_back
 
 from spacy_elmo.kernels import advice
 from spacy_elmo.kernels.advice import Advice, SlowerPrecision
@@ -41,8 +42,7 @@ def runs_reduced(precision):
 
 
 def test_the_ratio_comes_from_the_timings(cache):
-    if not runs_reduced("int8"):
-        pytest.skip("int8 falls back to fp32 here")
+    skip_where_it_falls_back("int8", not runs_reduced("int8"), select(CPU, "int8").choice.reason)
     measured = advice.measure(SHAPES, "int8", CPU, scaled_timer(2.0))
     assert measured.speedup == (0.5, 0.5) and measured.slower
     assert set(measured.timings) == {"fp32", "int8"}
@@ -110,8 +110,9 @@ def test_a_load_times_nothing(cache, monkeypatch, tiny_weights):
 
 def test_advice_of_a_precision_as_fast_as_fp32_says_nothing(cache):
     kernels = select(CPU, "int8")
-    if kernels.choice.slower is not None or kernels.choice.fell_back:
-        pytest.skip("int8 warns here by the rule already")
+    skip_where_it_falls_back("int8", kernels.choice.fell_back, kernels.choice.reason)
+    if kernels.choice.slower is not None:
+        pytest.skip(f"int8 warns here by the rule already: {kernels.choice.slower}")
     advice.remember(Advice("int8", (1.3, 1.1)), SHAPES, CPU)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -142,8 +143,7 @@ def test_another_torch_or_thread_count_is_another_measurement(monkeypatch):
 
 def test_measured_for_real_every_site_has_a_time(cache):
     """On this machine's clock: every site of fp32 and of int8 is a positive number of ms."""
-    if not runs_reduced("int8"):
-        pytest.skip("int8 falls back to fp32 here")
+    skip_where_it_falls_back("int8", not runs_reduced("int8"), select(CPU, "int8").choice.reason)
     measured = advice.measure(SHAPES, "int8", CPU)
     sites = {site.name for site in advice.sites(SHAPES)}
     assert all(set(ms) == sites and min(ms.values()) > 0 for ms in measured.timings.values())

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, make_nlp, random_bilm, with_this_checkout
+from cpu_features import skip_where_it_falls_back
 from simulated_cpus import SIMULATED_CPUS, why_not_cap
 
 from spacy_elmo import embed_sentences
@@ -181,8 +182,7 @@ def test_the_component_decides_at_initialize_and_on_load(simulated_cpu, tiny_wei
 
 def test_int8_is_refused_at_initialize_for_a_model_whose_sums_could_overflow(monkeypatch, tiny_weights):
     monkeypatch.setattr(quantized, "MAX_K", 40)  # the tiny preset sums up to 16 * 7 char products and more
-    if select(CPU, "int8").choice.fell_back:
-        pytest.skip("int8 falls back to fp32 here")
+    skip_where_it_falls_back("int8", select(CPU, "int8").choice.fell_back, select(CPU, "int8").choice.reason)
     with pytest.raises(
         ValueError, match=r"'int8' cannot run this model \(its weight .*\): int8 sums of \d+ products.*'fp32'"
     ):

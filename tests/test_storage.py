@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import spacy
 from conftest import make_nlp
+from promises import promised
 
 from spacy_elmo.pipeline.storage import bytes_per_token
 
@@ -113,3 +114,13 @@ def test_the_store_travels_with_a_saved_pipeline(tiny_weights, tmp_path):
     doc = loaded(TEXT)
     assert doc._.elmo_data is None
     np.testing.assert_array_equal(doc._.elmo_vectors, expected)
+
+
+def test_float16_keeps_each_value_within_the_promised_relative_error(tiny_weights):
+    """docs/component.md: values read back within float16-store (docs/promises.md) of float32, relative;
+    below float16's smallest normal number (6.1e-5) its steps are 2**-24 apart, half a step at most."""
+    exact = make_nlp(tiny_weights)(TEXT)._.elmo_data
+    kept = make_nlp(tiny_weights, store_dtype="float16")(TEXT)._.elmo_data
+    assert kept.dtype == np.float16 and kept.shape == exact.shape and exact.size > 0
+    error = np.abs(kept.astype(np.float32) - exact)
+    assert (error <= promised("float16-store") * np.abs(exact) + 2.0**-25).all(), error.max()
