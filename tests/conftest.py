@@ -1,6 +1,7 @@
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -141,3 +142,21 @@ def upos_corpus(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "upos.spacy"
     DocBin(docs=docs).to_disk(path)
     return path
+
+
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str  # what it printed, on one line (messages wrap at the terminal width)
+    crash: str  # an exception that escaped the command (a traceback for a user), "" where none did
+
+
+def run_cli(*args):
+    """`python -m spacy_elmo ARGS`, run by the command line's own app in this process (the
+    same code as the module's, without a process start per call)."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, list(map(str, args)))
+    escaped = result.exception if not isinstance(result.exception, SystemExit) else None
+    return Ran(result.exit_code, " ".join(result.output.split()), repr(escaped) if escaped else "")

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import make_nlp, random_bilm
+from conftest import make_nlp, random_bilm, run_cli
 from cpu_features import cpu_has_instructions_for
 from promises import promised
 
@@ -187,25 +187,21 @@ def test_the_setting_travels_with_a_saved_pipeline(tiny_weights, tmp_path, preci
 
 
 def test_embed_takes_int8(tmp_path, tiny_weights):
-    import subprocess
-    import sys
-
     from spacy_elmo.corpus.output_folder import EmbeddedCorpus
     from spacy_elmo.pipeline.assembly import assemble_pipeline
 
     lines = ["The bank raised its rates.", "We sat on the bank of the river. It was warm."]
     (tmp_path / "input.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    command = [sys.executable, "-m", "spacy_elmo", "embed", tmp_path / "input.txt", tmp_path / "out"]
-    command += ["--weights", tiny_weights]
-    result = subprocess.run([*map(str, command), "--precision", "int8"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+    command = ["embed", tmp_path / "input.txt", tmp_path / "out", "--weights", tiny_weights]
+    result = run_cli(*command, "--precision", "int8")
+    assert result.returncode == 0, result.stdout + result.crash
     int8_nlp = assemble_pipeline(tiny_weights, elmo_config={"precision": "int8"})
     exact_nlp = assemble_pipeline(tiny_weights)
     with EmbeddedCorpus(tmp_path / "out") as output:
         for index, line in enumerate(lines):
             np.testing.assert_array_equal(output[index], int8_nlp(line)._.elmo_data)
             assert not np.array_equal(output[index], exact_nlp(line)._.elmo_data)
-    refused = subprocess.run([*map(str, command), "--precision", "int4"], capture_output=True, text=True)
+    refused = run_cli(*command, "--precision", "int4")
     assert refused.returncode == 1 and "'int8'" in refused.stdout and "got 'int4'" in refused.stdout
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_nlp
+from served_process import free_port
 
 from spacy_elmo import load_bilm
 from spacy_elmo.training.corpus import prepare_corpus, read_sentences
@@ -150,8 +151,23 @@ def test_warmup_cosine_over_steps_rises_then_falls_to_the_final_rate(corpus, tmp
     assert rates[-1] == pytest.approx(0.001)
 
 
-def test_warmup_cosine_over_minutes_ends_at_the_final_rate_when_time_is_up(corpus, tmp_path):
+class ReadsClock:
+    """A clock that moves 50 ms each time it is read: a time budget then ends after the same number
+    of reads on any machine, busy or quiet."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def time(self) -> float:
+        self.now += 0.05
+        return self.now
+
+
+def test_warmup_cosine_over_minutes_ends_at_the_final_rate_when_time_is_up(corpus, tmp_path, monkeypatch):
     """The budget is time: the step that finds the time up is taken at the final rate."""
+    from spacy_elmo.training.loop import step
+
+    monkeypatch.setattr(step, "time", ReadsClock())
     settings = dict(optimizer="adam", lr=0.01, lr_schedule="warmup-cosine", warmup=0.3, final_lr=0.2)
     state = train(config(corpus, max_minutes=0.03, **settings), tmp_path / "run")
     rates = [line["lr"] for line in log_lines(tmp_path / "run") if "lr" in line]
@@ -305,7 +321,7 @@ def uninterrupted_losses(corpus, tmp_path, **settings):
 
 @pytest.mark.slow
 def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path):
-    settings = dict(max_steps=200, checkpoint_every=10)
+    settings = dict(max_steps=80, checkpoint_every=10)
     expected = uninterrupted_losses(corpus, tmp_path, **settings)
     killed = tmp_path / "killed"
     process = subprocess.Popen(
@@ -317,7 +333,7 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     time.sleep(0.1)  # let it run on past the checkpoint, perhaps into writing the next one
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert 0 < len(losses(killed)) < 200, "killed mid-run"
+    assert 0 < len(losses(killed)) < 80, "killed mid-run"
     pretrain_in_subprocess(corpus, killed, **settings)
     assert losses(killed) == expected
     assert not list((killed / "checkpoints").glob(".step-*")), "no half-written checkpoint left"
@@ -337,7 +353,7 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        "--master_port=29533",
+        f"--master_port={free_port()}",
         "-m",
         "spacy_elmo.training.pretrain",
     ]
@@ -382,12 +398,17 @@ def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
     one_node = subprocess.run(
-        launcher(1, 2, 0, 29541) + arguments(tmp_path / "one-node"), cwd=ROOT, env=env, capture_output=True, text=True
+        launcher(1, 2, 0, free_port()) + arguments(tmp_path / "one-node"),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert one_node.returncode == 0, one_node.stderr[-3000:]
+    rendezvous = free_port()
     nodes = [
         subprocess.Popen(
-            launcher(2, 1, rank, 29542) + arguments(tmp_path / "two-nodes"),
+            launcher(2, 1, rank, rendezvous) + arguments(tmp_path / "two-nodes"),
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

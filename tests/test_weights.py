@@ -1,12 +1,10 @@
 import json
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import random_bilm
+from conftest import random_bilm, run_cli
 
 from spacy_elmo import WeightsError, embed_sentences, import_original, load_bilm, save_bilm
 from spacy_elmo.weights.native import CONFIG_FILE, WEIGHTS_FILE
@@ -151,15 +149,9 @@ def test_original_weights_not_hdf5(tmp_path, fixture_dir):
         import_original(fixture_dir / "options.json", tmp_path / "weights.hdf5")
 
 
-def run_cli(*args):
-    result = subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], capture_output=True, text=True)
-    result.stdout = " ".join(result.stdout.split())  # messages wrap at the terminal width
-    return result
-
-
 def test_convert_cli(tmp_path, fixture_dir, fixture_bilm, fixture_sentences):
     result = run_cli("convert", fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "out")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout + result.crash
     loaded = load_bilm(tmp_path / "out")
     batch = [fixture_sentences[2][0]]
     assert np.array_equal(embed_sentences(loaded, batch)[0], embed_sentences(fixture_bilm, batch)[0])

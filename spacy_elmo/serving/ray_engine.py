@@ -165,10 +165,10 @@ class RayEngine:
         before = set(self.processes_before)
         started = [pid for pid in descendants(os.getpid()) if pid not in before] if self.started_ray else []
         with _without_lines(SHUTDOWN_NOISE):
-            if ray.is_initialized():
-                serve.shutdown()
-            if self.started_ray:
+            if self.started_ray:  # the application goes with the Ray it runs on: no graceful Serve stop to wait for
                 ray.shutdown()
+            elif ray.is_initialized():
+                serve.shutdown()
         if self.started_ray:
             end_processes(started, STOP_WAIT_S)
 
