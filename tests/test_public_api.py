@@ -57,6 +57,21 @@ def test_registered_names_resolve_to_the_same_objects_as_the_entry_points():
 ACROSS_MACHINES = promised("across-machines")
 
 
+def test_the_recorded_numbers_are_those_of_an_independent_float64_model():
+    """expected.json was written by the package itself; its layers also agree with the plain NumPy
+    biLM of tests/reference_bilm.py (float64, one step at a time) on the saved weights, sentence by
+    sentence, so the regression file does not merely repeat what the code under test once gave."""
+    from reference_bilm import ReferenceBiLM
+
+    expected = np.asarray(json.loads((SAVED / "expected.json").read_text())["layers"])  # (n, L+1, 2P)
+    nlp = spacy.load(SAVED)
+    doc, _ = text_numbers(nlp)
+    reference = ReferenceBiLM(nlp.get_pipe("elmo").bilm)
+    computed = np.concatenate([reference.embed([t.text for t in sentence])[0] for sentence in doc.sents], axis=1)
+    assert computed.shape == expected.transpose(1, 0, 2).shape and len(list(doc.sents)) == 2
+    np.testing.assert_allclose(expected.transpose(1, 0, 2), computed, rtol=0, atol=promised("across-machines"))
+
+
 def text_numbers(nlp):
     doc = nlp("The bank raised its rates. We sat on the bank of the river and watched the boats.")
     layers = np.stack([token._.elmo_layers for token in doc])

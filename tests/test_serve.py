@@ -251,7 +251,9 @@ def test_faults_of_http_itself_get_a_4xx_or_nothing_and_the_service_goes_on(serv
         "length and chunked": exchange(service, [head(service, len(small), "Transfer-Encoding: chunked\r\n") + small]),
         "not HTTP": exchange(service, [b"HELLO THERE\r\n\r\n"]),
         "slow body": exchange(
-            service, [head(service, len(small))] + [small[i : i + 4] for i in range(0, len(small), 4)], 0.05
+            service,
+            [head(service, len(small), "Connection: close\r\n")] + [small[i : i + 4] for i in range(0, len(small), 4)],
+            0.05,
         ),
     }
     # a body cut short by a client that then closes cannot be answered: the service closes too
