@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_nlp, random_bilm
-from cpu_features import skip_where_it_falls_back
+from cpu_features import int8_kernel_should_be_exact, skip_where_it_falls_back
 
-from spacy_elmo.kernels import advice
+from spacy_elmo.kernels import advice, quantized
 from spacy_elmo.kernels.advice import Advice, SlowerPrecision
 from spacy_elmo.kernels.select import PrecisionFallback, select
 
@@ -112,6 +112,8 @@ def test_advice_of_a_precision_as_fast_as_fp32_says_nothing(cache):
     kernels = select(CPU, "int8")
     skip_where_it_falls_back("int8", kernels.choice.fell_back, kernels.choice.reason)
     if kernels.choice.slower is not None:
+        dot_products = [k for k in quantized.INT8_KERNELS.values() if k.needs and int8_kernel_should_be_exact(k.needs)]
+        assert not dot_products, f"int8 runs fp32 sums on a CPU with {dot_products[0].needs}: a probe regressed"
         pytest.skip(f"int8 warns here by the rule already: {kernels.choice.slower}")
     advice.remember(Advice("int8", (1.3, 1.1)), SHAPES, CPU)
     with warnings.catch_warnings():

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_bilm
+from cpu_features import skip_where_onednn_rows_vary
 from promises import promised
 from reference_bilm import ReferenceBiLM
 
@@ -129,8 +130,8 @@ def kernels(request, monkeypatch):
     shapes (where the oneDNN probe fails, and on GPU)."""
     from spacy_elmo.kernels import onednn
 
-    if request.param == "onednn" and not onednn.available(torch.device("cpu")):
-        pytest.skip("oneDNN's row-count invariance does not hold on this machine")
+    if request.param == "onednn":
+        skip_where_onednn_rows_vary(onednn.available(torch.device("cpu")))
     if request.param == "fixed-shapes":
         monkeypatch.setattr(onednn, "available", lambda device, precision="fp32": False)
     expected = Route.ONEDNN_ANY_ROWS if request.param == "onednn" else Route.FIXED_SHAPES
@@ -248,8 +249,7 @@ def test_characters_cut_on_the_host_give_the_bits_of_the_whole_ids(seeded):
 def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
     from spacy_elmo.kernels import onednn
 
-    if not onednn.available(torch.device("cpu")):
-        pytest.skip("oneDNN's row-count invariance does not hold on this machine")
+    skip_where_onednn_rows_vary(onednn.available(torch.device("cpu")))
     calls = []
     linear = onednn.linear
     monkeypatch.setattr(onednn, "linear", lambda *args, **kwargs: calls.append(1) or linear(*args, **kwargs))

@@ -67,6 +67,25 @@ def test_a_word_in_two_senses_is_shown_side_by_side_with_its_verdict(english):
     assert len(lines) == 3 + 1 + 2 + 1, "heading, cosines, layer 0, the sentences, k rows of neighbours, a gap"
 
 
+@pytest.mark.parametrize("apart", [True, False])
+def test_the_report_says_told_apart_exactly_when_each_senses_uses_agree_more(english, monkeypatch, apart):
+    """With each use's vector chosen, the verdict is known beforehand: the two uses of a sense
+    along one axis per sense (told apart), or every use along one axis but one (not told apart)."""
+    sentences = [s.split() for s in ["The bank lent money to the firm .", "We rested on the river bank today ."]]
+    reference = demo.reference_tokens(english, sentences * 3)
+    senses = DEMO_TEXT["en"].senses["bank"]
+    axes = np.eye(english.get_pipe("elmo").bilm.config.output_dim, dtype=np.float32)
+    chosen = {
+        sense.sentences[use]: axes[index if apart else (1 if (index, use) == (1, 1) else 0)]
+        for index, sense in enumerate(senses)
+        for use in (0, 1)
+    }
+    monkeypatch.setattr(demo, "word_vectors", lambda nlp, sentence, word, ref: (chosen[sentence], chosen[sentence]))
+    lines, told_apart = demo.senses_report(english, "bank", senses, reference, k=2)
+    assert told_apart is apart
+    assert lines[1].endswith("-> told apart" if apart else "-> NOT told apart"), lines[1]
+
+
 def test_a_word_missing_from_its_sense_sentence_is_a_table_error(english):
     reference = demo.reference_tokens(english, [["The", "bank", "lent", "money", "."]] * 2)
     with pytest.raises(ValueError, match="has no token 'banks'.*demo_text.py"):

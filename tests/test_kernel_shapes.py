@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 from conftest import with_this_checkout
+from cpu_features import skip_where_onednn_rows_vary
 
 from spacy_elmo.kernels import onednn, quantized
 from spacy_elmo.kernels.row_buckets import bucket_rows, padded_to_bucket
@@ -70,8 +71,8 @@ def test_docs_of_every_length_reach_onednn_at_bucket_sizes_only(tiny_weights, tm
     """Docs of 1 to 90 words, one at a time and in batches of 7 (row counts up to 600): oneDNN's own log
     (ONEDNN_VERBOSE) of every matmul run after loading names only row counts that are bucket
     sizes. Without buckets it names every count the docs bring (a kernel compiled and kept for each)."""
-    if precision == "fp32" and not onednn.available(torch.device("cpu")):
-        pytest.skip("oneDNN's row-count invariance does not hold on this machine: fixed shapes run instead")
+    if precision == "fp32":
+        skip_where_onednn_rows_vary(onednn.available(torch.device("cpu")))
     script = tmp_path / "run_docs.py"
     script.write_text(textwrap.dedent(_RUN_DOCS.format(weights=str(tiny_weights), precision=precision)))
     environment = {**with_this_checkout(), "ONEDNN_VERBOSE": "1"}

@@ -4,7 +4,7 @@ import os
 
 import pytest
 import torch
-from cpu_features import cpu_has_instructions_for
+from cpu_features import cpu_has_instructions_for, onednn_rows_should_hold
 
 from spacy_elmo.kernels import onednn, probes
 from spacy_elmo.kernels.kernel_set import Route
@@ -12,8 +12,11 @@ from spacy_elmo.kernels.select import select
 from spacy_elmo.network.lanes import LanePlan, lane_multiple, step_lanes_for
 from spacy_elmo.network.step_loop import Scratch
 
+# Skipped only where the probe says rows vary and this torch or CPU agrees they may; elsewhere a
+# failing probe lets these tests run, and fail
 needs_onednn = pytest.mark.skipif(
-    not onednn.available(torch.device("cpu")), reason="oneDNN's row-count invariance does not hold on this machine"
+    not onednn.available(torch.device("cpu")) and not onednn_rows_should_hold(),
+    reason="oneDNN's row-count invariance does not hold on this machine (an older torch, or no AVX2)",
 )
 
 

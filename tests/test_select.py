@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, make_nlp, random_bilm, with_this_checkout
-from cpu_features import skip_where_it_falls_back
+from cpu_features import int8_kernel_should_be_exact, skip_where_it_falls_back
 from simulated_cpus import SIMULATED_CPUS, why_not_cap
 
 from spacy_elmo import embed_sentences
@@ -134,8 +134,10 @@ def test_every_exact_int8_kernel_here_gives_the_same_layers():
     int8's speed, never its numbers (every kernel this machine sums exactly, whatever its features)."""
     kernels = quantized.exact_int8_kernels(CPU, frozenset(machine.KERNEL_FEATURES))
     assert quantized.INT8_KERNELS["fp32_sums"] in kernels
+    expected = [kernel for kernel in quantized.INT8_KERNELS.values() if int8_kernel_should_be_exact(kernel.needs)]
+    assert all(kernel in kernels for kernel in expected), f"a probe regressed: {expected} should all be exact here"
     if len(kernels) < 2:
-        pytest.skip("one exact int8 kernel on this machine")
+        pytest.skip("one exact int8 kernel on this machine, which has no int8 dot products (VNNI, AMX)")
     bilm, layers = random_bilm(), []
     bilm.precision = "int8"
     chosen = bilm.kernels
