@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from report import SHARED
+from report import SHARED, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = SHARED / "data" / "corpus"
@@ -155,16 +155,6 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def machine(device: str, threads: int) -> str:
-    import torch
-
-    from spacy_elmo.kernels.machine import cpu_description
-
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
-
-
 def run_all(args) -> list:
     configs = list(CONFIGS)
     if args.device == "cuda":
@@ -198,7 +188,7 @@ def write_outputs(reports: list, args) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"bilm-{args.device}"
     header = {
-        "machine": machine(args.device, args.threads),
+        "machine": machine(args.threads, args.device),
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["python", "bench/bench_bilm.py", *sys.argv[1:]]),
     }

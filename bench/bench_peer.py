@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench_bilm import load_sentences
-from report import SHARED, result_name, write_section
+from report import SHARED, machine, result_name, write_section
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402  --cap NAME: the kernel caps of a lesser CPU
@@ -321,14 +321,6 @@ def _seconds(call, runs: int = 10) -> float:
     for _ in range(runs):
         call()
     return (time.perf_counter() - start) / runs
-
-
-def machine(threads: int) -> str:
-    import torch
-
-    from spacy_elmo.kernels.machine import cpu_description
-
-    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
 
 
 def run_all(peer: Path, threads: int, workloads: list = WORKLOADS) -> dict:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import bench_peer
-from report import write_section
+from report import machine, write_section
 
 WORKLOADS = ["1 sentence", "64 sentences"]
 
@@ -50,7 +50,7 @@ def run(peer: Path, pythons: list, threads: int) -> dict:
                 f"AllenNLP {theirs['words_per_s']:8.1f} -> {ratio:.2f}x",
                 flush=True,
             )
-    return {"machine": bench_peer.machine(threads), "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    return {"machine": machine(threads), "date": time.strftime("%Y-%m-%d"), "rows": rows}
 
 
 def update_markdown(report: dict) -> None:

@@ -95,14 +95,6 @@ def measure(weights: str, threads: int) -> dict:
     return {"rows": rows, "kernels": kernels}
 
 
-def machine(threads: int) -> str:
-    import torch
-
-    from spacy_elmo.kernels.machine import cpu_description
-
-    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
-
-
 def write_outputs(report: dict) -> None:
     from spacy_elmo.files import atomic_write_json
 
@@ -164,7 +156,7 @@ def main() -> None:
 
 def _worker_machine(args) -> str:
     env = {**os.environ, **(SIMULATED_CPUS[args.cap] if args.cap else {})}
-    code = "import sys; sys.path.insert(0, 'bench'); from bench_plan import machine; print(machine(%d))" % args.threads
+    code = "import sys; sys.path.insert(0, 'bench'); from report import machine; print(machine(%d))" % args.threads
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
     ).stdout.strip()

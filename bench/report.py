@@ -14,6 +14,18 @@ BENCHMARKS = ROOT / "BENCHMARKS.md"
 SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 
 
+def machine(threads: int, device: str = "cpu") -> str:
+    """The machine a figure was measured on, as every result names it: the GPU's name, or the CPU's
+    model and features with the thread count; and the torch release."""
+    import torch
+
+    from spacy_elmo.kernels.machine import cpu_description
+
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
+
+
 def result_name(kind: str, label: Optional[str] = None, cap: Optional[str] = None) -> str:
     """The name of a run's bench/results file (and BENCHMARKS.md section): ``kind`` ("peer-cpu"),
     then this machine's ``label`` where its results stand beside another CPU's, then the cap."""

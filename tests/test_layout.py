@@ -168,3 +168,9 @@ def test_every_room_says_what_it_holds(room):
     path = PACKAGE / room.partition(".")[2].replace(".", "/")
     init = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
     assert ast.get_docstring(ast.parse(init.read_text())), f"{init} has no docstring"
+
+
+def test_the_readme_is_short_enough_to_read_through():
+    """The house rule: README.md under 10,000 characters; detail goes to docs/."""
+    length = len((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert 2_000 < length < 10_000, length

@@ -40,8 +40,7 @@ class Blocking:
     token_block: tokens per char-encoder block on fixed shapes (each block padded whole).
     token_block_any_rows: tokens per char-encoder block where any row count gives the same rows
         (int8, fp32 through oneDNN): only the last block is padded, to 32 tokens, so a large block
-        costs a small call nothing (measured on the original model's highways: 256 tokens run
-        them at 341 GFLOP/s, 64 at 278).
+        (faster per token on the original model's highways) costs a small call nothing.
     step_columns: sentences per recurrent matmul of the step loop where its row count must stay
         fixed: bf16, GPUs, and CPUs where oneDNN's probe fails.
     step_lanes: the most sentences per recurrent matmul in fp32 through oneDNN (CPU): there any

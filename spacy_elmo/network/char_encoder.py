@@ -7,7 +7,7 @@ Two paths: a differentiable one for pretraining, and a batch-invariant one for i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, List, Optional, Protocol, Tuple, cast
+from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Protocol, Tuple, cast
 
 import numpy as np
 import torch
@@ -32,6 +32,10 @@ class _Conv1d(Protocol):
     out_channels: int
 
 
+# A matmul with bias, as each path computes it: x (N, K), weight (M, K), bias (M,) -> (N, M)
+Linear = Callable[[Tensor, Tensor, Optional[Tensor]], Tensor]
+
+
 class Highway(nn.Module):
     """y = g * relu(x W_t + b_t) + (1 - g) * x with g = sigmoid(x W_g + b_g); (N, F) -> (N, F)."""
 
@@ -41,14 +45,23 @@ class Highway(nn.Module):
         self.gate = nn.Linear(dim, dim)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate = torch.sigmoid(self.gate(x))
-        return gate * torch.relu(self.transform(x)) + (1 - gate) * x
+        """Training: autograd through torch's own matmuls."""
+        return self.compute(x, F.linear, Tensor.sigmoid_)
 
     def forward_invariant(self, x: Tensor, kernels: Kernels) -> Tensor:
         """Batch-invariant path: x (n, F) a block of tokens, one matmul block -> (n, F)."""
         rows = x.shape[0]
-        gate = elementwise_(Tensor.sigmoid_, kernels.linear(x, self.gate.weight, self.gate.bias, rows=rows))
-        transform = kernels.linear(x, self.transform.weight, self.transform.bias, rows=rows).relu_()
+        return self.compute(
+            x,
+            lambda x, weight, bias: kernels.linear(x, weight, bias, rows=rows),
+            lambda scores: elementwise_(Tensor.sigmoid_, scores),  # every element on one code path
+        )
+
+    def compute(self, x: Tensor, linear: Linear, sigmoid_: Callable[[Tensor], Tensor]) -> Tensor:
+        """The layer's one definition, which every path runs with its own ``linear`` and in-place
+        ``sigmoid_`` (both act on fresh matmul outputs, so in place is safe under autograd)."""
+        gate = sigmoid_(linear(x, self.gate.weight, self.gate.bias))
+        transform = linear(x, self.transform.weight, self.transform.bias).relu_()
         return gate * transform + (1 - gate) * x
 
 
@@ -138,8 +151,7 @@ class CharEncoder(nn.Module):
         best += torch.cat([conv.bias for conv in convs])
         x = best.relu_() if self.config.activation == "relu" else best.tanh_()
         for highway in self._highway_layers():
-            gate = ops.linear(x, highway.gate.weight, highway.gate.bias).sigmoid_()
-            x = gate * ops.linear(x, highway.transform.weight, highway.transform.bias).relu_() + (1 - gate) * x
+            x = highway.compute(x, ops.linear, Tensor.sigmoid_)
         if word_ids is not None:
             assert self.word_embedding is not None  # forward_invariant's _check_word_ids
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)

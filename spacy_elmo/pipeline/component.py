@@ -375,7 +375,7 @@ class Elmo(TrainablePipe):
 
     def _take_weights(self) -> None:
         """Decide what runs with the weights now in the model: the kernels for the precision
-        (measured on this machine: a fast kernel, fp32 with a warning, or refused), the token
+        (by what this machine is, ``kernels.select``: its kernel, fp32 with a warning, or refused), the token
         cache's bound and the default mix (layer_weights checked against the layers)."""
         bilm, settings = self.bilm, self.settings
         bilm.precision = settings.precision
