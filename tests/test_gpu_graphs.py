@@ -5,9 +5,10 @@ tests/test_gpu.py's (on a GPU)."""
 from types import SimpleNamespace
 
 import torch
+from promises import promised
 
 from spacy_elmo.kernels.row_buckets import bucket_rows
-from spacy_elmo.network.gpu_graphs import CallGraphs, Captured
+from spacy_elmo.network.gpu_graphs import MOST_GRAPH_BYTES, CallGraphs, Captured
 from spacy_elmo.network.gpu_stacks import Stacks
 
 OPS = SimpleNamespace(precision="fp32")
@@ -71,6 +72,12 @@ def test_the_graphs_memory_is_bounded_the_least_recently_used_dropped_first():
         call(graphs, [length])
     # each keeps 132 bytes a row (tokens 16, tables 20, layers 96): 40 + 64 + 80 rows would be 24,288
     assert graphs.sizes() == [80, 64] and graphs.nbytes == 132 * (80 + 64)
+
+
+def test_a_models_graphs_keep_at_most_the_documented_memory():
+    """docs/component.md: the graphs keep at most graph-bytes (docs/promises.md); the bound itself is
+    held by the test above on a small budget."""
+    assert MOST_GRAPH_BYTES == promised("graph-bytes") and CallGraphs().most_bytes == MOST_GRAPH_BYTES
 
 
 def test_a_shape_met_once_long_ago_is_forgotten():

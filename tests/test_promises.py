@@ -11,6 +11,8 @@ from promises import TABLE, promises
 ROOT = Path(__file__).resolve().parents[1]
 # What a precision promise looks like: a power-of-ten tolerance (2e-6, 4.9e-4) or a cosine near one
 FIGURE = re.compile(r"(?<![\w.])(\d(?:\.\d+)?e-\d+|0\.99\d+)(?![\w.]*\d)")
+# ... and a bound: "at most 20,000", "at least 25%", "at most 2 GiB" (a tolerance above is caught above)
+BOUND = re.compile(r"\bat (?:most|least) (\d[\d,]*(?:\.\d+)?)(?!e-|\.?\d)( ?(?:%|GiB))?")
 
 
 def pages():
@@ -28,7 +30,11 @@ def prose(page: Path):
 
 
 def figures_on(page: Path):
-    return sorted({figure for line in prose(page) for figure in FIGURE.findall(line)})
+    found = set()
+    for line in prose(page):
+        found.update(FIGURE.findall(line))
+        found.update(number + unit for number, unit in BOUND.findall(line))
+    return sorted(found)
 
 
 def says(page: Path, figure: str) -> bool:

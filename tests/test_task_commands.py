@@ -3,6 +3,7 @@ task config sources) and `config` (a shipped config). docs/training.md walks the
 (tests/test_docs.py)."""
 
 import spacy
+from promises import promised
 from spacy.tokens import DocBin
 from test_downstream import CONLLU
 from thinc.api import Config
@@ -106,3 +107,12 @@ def test_each_shipped_config_scores_only_what_it_trains(tiny_weights, tmp_path):
     for token, tag in zip(predicted, ("DET", "VERB", "VERB")):
         token.tag_ = tag
     assert make_upos_scorer()([Example(predicted, gold)]) == {"upos_acc": 2 / 3}
+
+
+def test_each_shipped_config_trains_at_most_the_documented_steps():
+    """docs/training.md: the shipped configs train for at most task-max-steps (docs/promises.md)."""
+    steps = {
+        name: Config().from_disk(config_path(name), interpolate=False)["training"]["max_steps"]
+        for name in config_names()
+    }
+    assert len(steps) == 4 and set(steps.values()) == {int(promised("task-max-steps"))}, steps

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_bilm
+from promises import promised
 
 from spacy_elmo import embed_sentences
 from spacy_elmo.network.token_cache import TokenCache
@@ -110,3 +111,22 @@ def test_a_bound_in_bytes_caps_the_rows_kept():
         assert len(cache) <= 5 and cache.nbytes <= cache.max_bytes
     with pytest.raises(ValueError, match="max_bytes must be an integer >= 0 or None, got -1"):
         cache.max_bytes = -1
+
+
+def test_the_cache_keeps_at_most_the_documented_number_of_tokens():
+    """docs/component.md: at most token-cache-entries (docs/promises.md) token strings, the oldest dropped."""
+    most = int(promised("token-cache-entries"))
+    bilm, calls = random_bilm(), []
+
+    def encode(strings):
+        calls.append(list(strings))
+        return torch.zeros(len(strings), 2)
+
+    cache = TokenCache()
+    assert cache.capacity == most
+    tokens = [f"t{index}" for index in range(most + 3)]
+    for start in range(0, len(tokens), 1000):
+        cache.lookup(tokens[start : start + 1000], bilm.char_encoder, encode)
+    assert len(cache) == most
+    cache.lookup(["t0", tokens[-1]], bilm.char_encoder, encode)
+    assert calls[-1] == ["t0"], "the oldest was dropped, the newest kept"
