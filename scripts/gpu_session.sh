@@ -28,6 +28,8 @@ if [ ! -d "$WORK/site" ]; then
   tar -xJf .gpu/site.tar.xz -C "$WORK" && cp -r .gpu/distinfo/* "$WORK/site/" || exit 1
 fi
 export PYTHONPATH="$WORK/site:$PWD" SPACY_ELMO_SHARED="$PWD/.gpu/shared" PYTHONUNBUFFERED=1
+# training/ is spacy_elmo.training once installed (setup.py's package_dir); this copy is not installed
+[ -e spacy_elmo/training ] || ln -s ../training spacy_elmo/training
 export PATH="$PWD/.gpu/wrk:$PATH" LD_LIBRARY_PATH="$PWD/.gpu/wrk${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 PEER="$WORK/peer"
 if [ ! -f "$PEER/full/lm_weights.hdf5" ]; then
