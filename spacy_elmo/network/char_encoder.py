@@ -45,17 +45,8 @@ class Highway(nn.Module):
         self.gate = nn.Linear(dim, dim)
 
     def forward(self, x: Tensor) -> Tensor:
-        """Training: autograd through torch's own matmuls."""
+        """Through torch's own matmuls (the encoder calls ``compute`` with each path's)."""
         return self.compute(x, F.linear, Tensor.sigmoid_)
-
-    def forward_invariant(self, x: Tensor, kernels: Kernels) -> Tensor:
-        """Batch-invariant path: x (n, F) a block of tokens, one matmul block -> (n, F)."""
-        rows = x.shape[0]
-        return self.compute(
-            x,
-            lambda x, weight, bias: kernels.linear(x, weight, bias, rows=rows),
-            lambda scores: elementwise_(Tensor.sigmoid_, scores),  # every element on one code path
-        )
 
     def compute(self, x: Tensor, linear: Linear, sigmoid_: Callable[[Tensor], Tensor]) -> Tensor:
         """The layer's one definition, which every path runs with its own ``linear`` and in-place
@@ -100,13 +91,7 @@ class CharEncoder(nn.Module):
             if pad_windows is not None:
                 best = torch.maximum(best, pad_windows[index])
             features.append(self._activation(best + conv.bias))
-        x = torch.cat(features, dim=1)
-        for highway in self.highways:
-            x = highway(x)
-        if word_ids is not None:
-            assert self.word_embedding is not None  # _check_word_ids: word ids come with a word embedding
-            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return self.projection(x)
+        return self._highways_and_projection(torch.cat(features, dim=1), word_ids, F.linear, Tensor.sigmoid_)
 
     @torch.no_grad()
     def forward_invariant(
@@ -150,12 +135,7 @@ class CharEncoder(nn.Module):
             best = torch.maximum(best, ops.conv_max(pads, weights, widths))
         best += torch.cat([conv.bias for conv in convs])
         x = best.relu_() if self.config.activation == "relu" else best.tanh_()
-        for highway in self._highway_layers():
-            x = highway.compute(x, ops.linear, Tensor.sigmoid_)
-        if word_ids is not None:
-            assert self.word_embedding is not None  # forward_invariant's _check_word_ids
-            x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return ops.linear(x, self.projection.weight, self.projection.bias)
+        return self._highways_and_projection(x, word_ids, ops.linear, Tensor.sigmoid_)
 
     def _encode_block(
         self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels
@@ -180,13 +160,25 @@ class CharEncoder(nn.Module):
                 best = torch.maximum(best, pad_windows[index])
             best += conv.bias
             features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
-        x = torch.cat(features, dim=1)
+        return self._highways_and_projection(
+            torch.cat(features, dim=1),
+            word_ids,
+            lambda x, weight, bias: kernels.linear(x, weight, bias, rows=n_tokens),  # the whole block, one shape
+            lambda scores: elementwise_(Tensor.sigmoid_, scores),  # every element on one code path
+        )
+
+    def _highways_and_projection(
+        self, x: Tensor, word_ids: Optional[Tensor], linear: Linear, sigmoid_: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        """What follows the convolutions, written once for every path (each brings its ``linear`` and
+        ``sigmoid_``): the highway layers, the word vector where there is one (``[word; chars]``,
+        ELMoForManyLangs' order), the projection. x (N, F) -> (N, P)."""
         for highway in self._highway_layers():
-            x = highway.forward_invariant(x, kernels)
+            x = highway.compute(x, linear, sigmoid_)
         if word_ids is not None:
-            assert self.word_embedding is not None  # forward_invariant's _check_word_ids
+            assert self.word_embedding is not None  # _check_word_ids: word ids come with a word embedding
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return kernels.linear(x, self.projection.weight, self.projection.bias, rows=n_tokens)
+        return linear(x, self.projection.weight, self.projection.bias)
 
     def _conv_layers(self) -> Iterable[_Conv1d]:
         """``self.convs``, typed (to a type checker an ``nn.ModuleList`` holds plain Modules)."""
