@@ -3,6 +3,7 @@ it comes, its URL once it listens, the processes of its session and the sockets 
 (read from Linux's /proc, independently of the package)."""
 
 import os
+import random
 import re
 import signal
 import socket
@@ -23,6 +24,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_below_the_ephemeral_range() -> int:
+    """A port free now that the system never hands out by itself (it takes ports for outgoing
+    connections and for bind(0) from /proc/sys/net/ipv4/ip_local_port_range): for a rendezvous that
+    several processes reach later, which a port from ``free_port`` could meanwhile be given to."""
+    bounds = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    lowest = int(bounds.read_text().split()[0]) if bounds.is_file() else 32768
+    for port in random.Random().sample(range(20000, min(lowest, 32768)), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 20000 and {lowest}")
 
 
 class Served:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_nlp
-from served_process import free_port
+from served_process import free_port_below_the_ephemeral_range as rendezvous_port
 
 from spacy_elmo import load_bilm
 from spacy_elmo.training.corpus import prepare_corpus, read_sentences
@@ -353,7 +353,7 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        f"--master_port={free_port()}",
+        f"--master_port={rendezvous_port()}",
         "-m",
         "spacy_elmo.training.pretrain",
     ]
@@ -398,27 +398,25 @@ def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
     one_node = subprocess.run(
-        launcher(1, 2, 0, free_port()) + arguments(tmp_path / "one-node"),
+        launcher(1, 2, 0, rendezvous_port()) + arguments(tmp_path / "one-node"),
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
     )
     assert one_node.returncode == 0, one_node.stderr[-3000:]
-    rendezvous = free_port()
-    nodes = [
-        subprocess.Popen(
-            launcher(2, 1, rank, rendezvous) + arguments(tmp_path / "two-nodes"),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    errors = [node.communicate(timeout=300)[1] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], errors[0][-2000:] + errors[1][-2000:]
+    rendezvous, logs = rendezvous_port(), [tmp_path / f"node-{rank}.log" for rank in (0, 1)]
+    nodes = []
+    for rank, log in enumerate(logs):  # to files: a pipe read only after the other node ends could fill and block
+        with log.open("w") as output:
+            command = launcher(2, 1, rank, rendezvous) + arguments(tmp_path / "two-nodes")
+            nodes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT))
+    try:
+        codes = [node.wait(timeout=300) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill() if node.poll() is None else None
+    assert codes == [0, 0], "".join(log.read_text()[-2000:] for log in logs)
     assert losses(tmp_path / "two-nodes") == losses(tmp_path / "one-node")
     one, two = load_bilm(tmp_path / "one-node" / "bilm"), load_bilm(tmp_path / "two-nodes" / "bilm")
     assert all(torch.equal(one.state_dict()[k], two.state_dict()[k]) for k in one.state_dict())
