@@ -40,22 +40,15 @@ def cpu_has_instructions_for(precision: str) -> bool:
     return not needs or bool(cpu_flags() & frozenset(needs))
 
 
-def why_it_may_skip(precision: str, fell_back: bool, reason: str):
-    """None where a test of ``precision`` must run; else the reason to skip it. Fails at once where
-    the package fell back on a CPU whose instructions say it should not (a probe regressed)."""
+def skip_where_it_falls_back(precision: str, fell_back: bool, reason: str) -> None:
+    """In a test: skip where ``precision`` falls back and the CPU agrees it must; fail where the CPU
+    has its instructions (a probe regressed)."""
     if not fell_back:
-        return None
+        return
     if cpu_has_instructions_for(precision):
         has = NEEDS[precision] or "every CPU's"
         pytest.fail(f"{precision} fell back to fp32 ({reason}) on a CPU with {has} instructions: a probe regressed")
-    return f"{precision} falls back to fp32 here: {reason} (CPU flags agree: none of {NEEDS[precision]})"
-
-
-def skip_where_it_falls_back(precision: str, fell_back: bool, reason: str) -> None:
-    """In a test: skip where ``precision`` falls back and the CPU agrees it must; fail where it does not."""
-    why = why_it_may_skip(precision, fell_back, reason)
-    if why:
-        pytest.skip(why)
+    pytest.skip(f"{precision} falls back to fp32 here: {reason} (CPU flags agree: none of {NEEDS[precision]})")
 
 
 # The torch releases from which oneDNN's fp32 rows were found independent of the row count, and int8's

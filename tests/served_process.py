@@ -21,15 +21,9 @@ LISTENING = re.compile(r"Listening on (http://\S+):(?:\s|$)")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_below_the_ephemeral_range() -> int:
     """A port free now that the system never hands out by itself (it takes ports for outgoing
-    connections and for bind(0) from /proc/sys/net/ipv4/ip_local_port_range): for a rendezvous that
-    several processes reach later, which a port from ``free_port`` could meanwhile be given to."""
+    connections and for bind(0) from /proc/sys/net/ipv4/ip_local_port_range): a port from bind(0)
+    could be given to another socket before the process it is meant for binds it."""
     bounds = Path("/proc/sys/net/ipv4/ip_local_port_range")
     lowest = int(bounds.read_text().split()[0]) if bounds.is_file() else 32768
     for port in random.Random().sample(range(20000, min(lowest, 32768)), 200):

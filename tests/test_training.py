@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_nlp
-from served_process import free_port_below_the_ephemeral_range as rendezvous_port
+from served_process import free_port
 
 from spacy_elmo import load_bilm
 from spacy_elmo.training.corpus import prepare_corpus, read_sentences
@@ -353,7 +353,7 @@ def test_two_process_ddp_equals_one_process(corpus, tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        f"--master_port={rendezvous_port()}",
+        f"--master_port={free_port()}",
         "-m",
         "spacy_elmo.training.pretrain",
     ]
@@ -398,14 +398,14 @@ def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
     one_node = subprocess.run(
-        launcher(1, 2, 0, rendezvous_port()) + arguments(tmp_path / "one-node"),
+        launcher(1, 2, 0, free_port()) + arguments(tmp_path / "one-node"),
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
     )
     assert one_node.returncode == 0, one_node.stderr[-3000:]
-    rendezvous, logs = rendezvous_port(), [tmp_path / f"node-{rank}.log" for rank in (0, 1)]
+    rendezvous, logs = free_port(), [tmp_path / f"node-{rank}.log" for rank in (0, 1)]
     nodes = []
     for rank, log in enumerate(logs):  # to files: a pipe read only after the other node ends could fill and block
         with log.open("w") as output:
