@@ -47,9 +47,13 @@ def load_sentences(count: int, seed: int = 0):
 
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
-    sentences = [[t.text for t in sent if not t.is_space] for doc in nlp.pipe(lines) for sent in doc.sents]
-    sentences = [s for s in sentences if 0 < len(s) <= 100]
+    sentences: list = []
+    for name in ("valid.txt", "test.txt", "train.txt"):  # the held-out text first; more only where asked
+        lines = [line for line in (CORPUS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+        cut = [[t.text for t in sent if not t.is_space] for doc in nlp.pipe(lines) for sent in doc.sents]
+        sentences += [s for s in cut if 0 < len(s) <= 100]
+        if len(sentences) >= count:
+            break
     chosen = random.Random(seed).sample(sentences, min(count, len(sentences)))
     warm_lines = [line for line in (CORPUS / "train.txt").read_text(encoding="utf-8").splitlines() if line.strip()][
         :2000

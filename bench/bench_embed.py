@@ -3,6 +3,7 @@ and 2 workers; words/s (per worker too), Ray's start-up cost, memory per worker,
 token (the HDF5 blocks, and the same vectors as Parquet), and a check that all outputs are equal.
 
     python bench/bench_embed.py [--lines 400] [--peer PEER_DIR]
+    python bench/bench_embed.py --lines 10000 --peer PEER_DIR --gpu-id 0   # against nlp.pipe on a GPU
 
 The pipeline: blank English + sentencizer + elmo with full-size weights (the peer's converted
 random weights when --peer is given, else random `original`-preset weights), built once under
@@ -42,6 +43,19 @@ report = embed_corpus(source, output, EmbedSettings(pipeline, block_lines=int(bl
                       Workers(**json.loads(workers)), progress=False)
 print(json.dumps({"seconds": time.perf_counter() - start, "computed": report.computed,
                   "driver_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+PIPE_ONE = """
+import json, sys, time
+start = time.perf_counter()
+import spacy
+source, pipeline, gpu_id = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spacy.require_gpu(gpu_id)
+nlp = spacy.load(pipeline)
+lines = [line for line in open(source, encoding="utf-8").read().splitlines() if line.strip()]
+loaded = time.perf_counter()
+tokens = sum(len(doc) for doc in nlp.pipe(lines))
+done = time.perf_counter()
+print(json.dumps({"seconds": done - start, "pipe_seconds": done - loaded, "tokens": tokens}))
 """
 RAY_START = """
 import time
@@ -189,15 +203,60 @@ def same_outputs(folders: List[Path]) -> bool:
     return True
 
 
+def on_gpu(pipeline: Path, source: Path, gpu_id: int, lines: int) -> None:
+    """`embed --gpu-id` against `nlp.pipe` of the same lines through the same pipeline on the same
+    GPU, each in a fresh process, in turn (embed, pipe, embed, pipe): words/s after loading."""
+    rows = []
+    for round_ in range(2):
+        folder = OUT / "embed-gpu"
+        embedded = summarize("embed --gpu-id", run_way(pipeline, source, folder, 10000, {"gpu_id": gpu_id}), 1)
+        arguments = [str(source), str(pipeline), str(gpu_id)]
+        done = subprocess.run([sys.executable, "-c", PIPE_ONE, *arguments], check=True, capture_output=True, text=True)
+        piped = json.loads(done.stdout.strip().splitlines()[-1])
+        row = {
+            "round": round_,
+            "embed_words_per_s_in_blocks": embedded["words_per_s_in_blocks"],
+            "embed_seconds": embedded["seconds"],
+            "pipe_words_per_s": piped["tokens"] / piped["pipe_seconds"],
+            "pipe_seconds": piped["seconds"],
+            "tokens": piped["tokens"],
+        }
+        row["embed_over_pipe"] = row["embed_words_per_s_in_blocks"] / row["pipe_words_per_s"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    import torch
+
+    from spacy_elmo.files import atomic_write_json
+
+    report = {"gpu": torch.cuda.get_device_name(gpu_id), "torch": torch.__version__, "lines": lines, "rows": rows}
+    report["date"] = time.strftime("%Y-%m-%d %H:%M")
+    atomic_write_json(RESULTS / "embed-gpu.json", report)
+
+
+def input_lines(count: int) -> List[str]:
+    """The first ``count`` lines of the corpus's held-out text, then its test and training text."""
+    lines: List[str] = []
+    for name in ("valid.txt", "test.txt", "train.txt"):
+        lines += [line for line in (CORPUS / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+        if len(lines) >= count:
+            break
+    return lines[:count]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=400)
     parser.add_argument("--peer", help="the peer's folder (setup.sh): its weights, and the peer itself beside ours")
+    parser.add_argument("--gpu-id", type=int, help="embed --gpu-id against nlp.pipe on that GPU (alone)")
     args = parser.parse_args()
-    lines = [line for line in (CORPUS / "valid.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = input_lines(args.lines)
+    OUT.mkdir(parents=True, exist_ok=True)
     source = OUT / "embed-input.txt"
-    source.write_text("\n".join(lines[: args.lines]) + "\n", encoding="utf-8")
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     pipeline = pipeline_dir(args.peer)
+    if args.gpu_id is not None:
+        on_gpu(pipeline, source, args.gpu_id, args.lines)
+        return
     block_lines = max(1, args.lines // 8)
     rows, folders = [], []
     for name, workers in WAYS.items():
@@ -210,7 +269,7 @@ def main() -> None:
         float,
         subprocess.run([sys.executable, "-c", RAY_START], check=True, capture_output=True, text=True).stdout.split(),
     )
-    peer = peer_row(Path(args.peer), lines[: args.lines], rows[0]) if args.peer else None
+    peer = peer_row(Path(args.peer), lines, rows[0]) if args.peer else None
     report = {
         "machine": machine(os.cpu_count() or 1),
         "weights": "the peer's full-size random weights, converted" if args.peer else "random original preset",

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 RESULTS = ROOT / "bench" / "results"
 
-WORKLOADS = ["1 sentence", "64 sentences", "1,000 sentences"]
+WORKLOADS = ["1 sentence", "64 sentences", "1,000 sentences", "10,000 sentences"]
 # (precision, max_batch_tokens): the component's default token budget per biLM call, and a larger one
 CONFIGURATIONS = [("fp32", 4096), ("fp32", 32768), ("bf16", 4096), ("bf16", 32768), ("int8", 32768)]
 REPEATS = 7
@@ -145,6 +145,7 @@ def run_all(
     configurations: list = CONFIGURATIONS,
     repeats: int = REPEATS,
     graph_limits: Optional[list] = None,
+    peer_workloads: Optional[list] = None,
 ) -> None:
     """Measure every workload and configuration (each at each of ``graph_limits``, None the
     package's), writing the outputs after each row (a run cut short keeps what it measured)."""
@@ -155,7 +156,10 @@ def run_all(
         sentences_file = OUT / f"gpu-{workload.split()[0].replace(',', '')}.json"
         sentences_file.write_text(json.dumps(workload_sentences(workload)))
         try:
-            theirs = run_peer(peer, sentences_file, "plain", repeats, threads=1, device="cuda")
+            if peer_workloads is not None and workload not in peer_workloads:
+                theirs = {"failed": "not run (--peer-workloads)"}
+            else:
+                theirs = run_peer(peer, sentences_file, "plain", repeats, threads=1, device="cuda")
         except SystemExit as failure:
             theirs = {"failed": str(failure)[-3000:]}
         for (precision, batch_tokens), graph_tokens in itertools.product(configurations, graph_limits or [None]):
@@ -282,7 +286,10 @@ def graphs_label(mine: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("peer", nargs="?", help="the folder setup.sh built (venv/ and full/)")
-    parser.add_argument("--workloads", nargs="+", default=["1", "64", "1000"], help="sentence counts: 1, 64, 1000")
+    parser.add_argument(
+        "--workloads", nargs="+", default=["1", "64", "1000"], help="sentence counts: 1, 64, 1000, 10000"
+    )
+    parser.add_argument("--peer-workloads", nargs="+", help="the workloads the peer runs too (default: all)")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16", "int8"], help="of: fp32, bf16, int8")
     parser.add_argument(
         "--configurations", nargs="+", help="PRECISION:BUDGET pairs of CONFIGURATIONS to run (default: all)"
@@ -313,7 +320,8 @@ def main() -> None:
         configurations = [c for c in configurations if f"{c[0]}:{c[1]}" in args.configurations]
     workloads = [by_count[w] for w in by_count if w in args.workloads]
     limits = [GRAPHS_BEFORE, None] if args.graphs_before else None
-    run_all(Path(args.peer), workloads, configurations, args.repeats, limits)
+    peer_workloads = [by_count[w] for w in args.peer_workloads if w in by_count] if args.peer_workloads else None
+    run_all(Path(args.peer), workloads, configurations, args.repeats, limits, peer_workloads)
     print("Wrote BENCHMARKS.md and bench/results/gpu.json/.png")
 
 

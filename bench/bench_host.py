@@ -17,6 +17,10 @@ the median of ``--rounds`` runs, in ms:
   kept by a caller) against one copy of the same bytes into memory already touched, writing once to
   each page of fresh arrays (what the host could do while it waits for a GPU) and that followed by
   the placement;
+- placing them into one buffer for all the docs of the call (a view each), the way tried and not
+  kept (BENCHMARKS.md, "The output path on a GPU");
+- with ``store_dtype = "float16"``: placing float32 layers and rounding each doc's array (before),
+  against placing layers that arrive in float16 (rounded on the GPU, as now);
 - keeping each doc's layers (``set_annotations``, the "layers" store).
 
 The layers are random float32 of the original model's width (L+1 = 3, 2P =
@@ -107,16 +111,26 @@ def placements(docs: list, segments: list, layers: list) -> Dict[str, Callable[[
 
     packed = np.concatenate(layers, axis=1)
     touched = np.empty_like(packed)
+    halves = [sentence_layers.astype(np.float16) for sentence_layers in layers]
     kept: list = []
 
-    def fresh_outputs() -> list:
+    def fresh_outputs(dtype: type = np.float32) -> list:
         kept[:] = []  # the last round's arrays go as the new ones come, as docs a caller let go
-        kept.append(sentence_runs.empty_outputs(docs, segments, SHAPE))
+        kept.append(sentence_runs.empty_outputs(docs, segments, SHAPE, dtype))
         return kept[-1]
 
-    def place(outputs: list) -> None:
-        for segment, sentence_layers in zip(segments, layers):
+    def one_buffer() -> list:  # tried 2026-11-28: one allocation for all the docs, a view each
+        kept[:] = []
+        sizes = [SHAPE[0] * len(doc) * SHAPE[1] for doc in docs]
+        buffer = np.empty(sum(sizes), dtype=np.float32)
+        ends = np.cumsum(sizes)
+        kept.append([buffer[end - size : end].reshape(SHAPE[0], -1, SHAPE[1]) for end, size in zip(ends, sizes)])
+        return kept[-1]
+
+    def place(outputs: list, source: list = layers) -> list:
+        for segment, sentence_layers in zip(segments, source):
             sentence_runs._place(outputs, segment, sentence_layers)
+        return outputs
 
     def touch(outputs: list) -> list:  # one write a page, keeping its value
         for array in outputs:
@@ -128,6 +142,11 @@ def placements(docs: list, segments: list, layers: list) -> Dict[str, Callable[[
         "one copy of the same bytes into touched memory": lambda: np.copyto(touched, packed),
         "touch each page of fresh arrays per doc": lambda: touch(fresh_outputs()),
         "touch each page of fresh arrays, then place": lambda: place(touch(fresh_outputs())),
+        "place into one buffer for all the docs (tried, not kept)": lambda: place(one_buffer()),
+        "float16 kept: placed as float32, each doc's array rounded": lambda: [
+            array.astype(np.float16) for array in place(fresh_outputs())
+        ],
+        "float16 kept: float16 layers placed (as from a GPU)": lambda: place(fresh_outputs(np.float16), halves),
     }
 
 

@@ -57,7 +57,7 @@ def results_name(cap: str | None, label: str | None = None) -> str:
 
 def workload_sentences(name: str) -> list:
     """The token lists of a workload (the peer's own batches for the fixture-sized ones)."""
-    if name in ("64 sentences", "1,000 sentences"):
+    if name in ("64 sentences", "1,000 sentences", "10,000 sentences"):
         return load_sentences(int(name.split()[0].replace(",", "")))[0]
     streams = json.loads((FIXTURE / "sentences.json").read_text())
     flat = [line.split() for line in streams[0] + streams[1] + streams[2]]

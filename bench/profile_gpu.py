@@ -1,10 +1,10 @@
 """Where a call's time goes on a CUDA GPU: torch.profiler over the elmo component through
 `nlp.pipe`, the host's share against the GPU's.
 
-    python bench/profile_gpu.py PEER_DIR --label after [--precisions fp32 bf16] [--workloads 1 64 1000]
+    python bench/profile_gpu.py PEER_DIR --label after [--precisions fp32 bf16] [--workloads 1 64 1000 10000]
         [--max-batch-tokens 4096] [--graph-tokens 256] [--python] [--syncs]
 
-For each workload (1, 64 or 1,000 sentences, as bench_gpu.py) and precision: one warm-up pass,
+For each workload (1, 64, 1,000 or 10,000 sentences, as bench_gpu.py) and precision: one warm-up pass,
 three timed (the fastest kept), then one profiled pass. Reports the timed and the profiled pass's
 wall time, the GPU's busy time (the sum of its kernels' and copies' durations: one stream, so they
 do not overlap), the host's share (the wall time the GPU spent idle, waiting for the host), kernel
@@ -62,6 +62,7 @@ def profile(
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         wall = one_pass()
     report = {"unprofiled_s": unprofiled, "profiled_s": wall, **summarize(prof, wall)}
+    report["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 1e6
     if python:
         report["python_top"] = python_profile(one_pass)
     if syncs:
@@ -175,7 +176,7 @@ def main() -> None:
     weights = converted_weights(args.peer)
     report = {"label": args.label, "max_batch_tokens": args.max_batch_tokens, "graph_tokens": args.graph_tokens}
     report["rows"] = []
-    names = {"1": "1 sentence", "64": "64 sentences", "1000": "1,000 sentences"}
+    names = {"1": "1 sentence", "64": "64 sentences", "1000": "1,000 sentences", "10000": "10,000 sentences"}
     OUT.mkdir(parents=True, exist_ok=True)
     for workload in args.workloads:
         sentences = workload_sentences(names[workload])
@@ -212,7 +213,8 @@ def line(row: dict) -> str:
     return (
         f"{head} {speed:,.0f} words/s unprofiled; profiled pass {wall:.1f} ms, "
         f"GPU busy {busy:.1f} ms (host share {row['host_share']:.0%}), {row['kernel_launches']} launches, "
-        f"{row['graph_launches']} graph launches, {row['syncs']} syncs, {row['memcpy_calls']} memcpy\n"
+        f"{row['graph_launches']} graph launches, {row['syncs']} syncs, {row['memcpy_calls']} memcpy, "
+        f"peak GPU {row.get('peak_gpu_mb', 0):,.0f} MB\n"
         f"    GPU: {top}\n    host: {host}"
         + "".join(f"\n    waits: x{e['count']} {e['where']}" for e in row.get("sync_sites", []))
         + "".join(

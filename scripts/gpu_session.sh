@@ -10,7 +10,8 @@
 #   tests        the GPU tests, parity, int8 on CUDA, and pretraining's tests (which run on the GPU there)
 #   profile      bench/profile_gpu.py: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
 #                (PROFILE_LABEL names its bench/results/profile-gpu-LABEL.json; after by default)
-#   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a change)
+#   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a
+#                change; PROFILE_LABEL before by default)
 #   profile-small-graphs  the same with CUDA graphs for calls up to 256 tokens alone (as before every call could)
 #   tiles        bench/bench_triton_tiles.py: the Triton kernels' tiles and the device's ceilings
 #   steps        bench/bench_fp32_steps.py: the fp32 step kernels' tiles that give the same bits, timed
@@ -18,6 +19,7 @@
 #   train-speed  bench/bench_train_speed.py: pretraining tokens/s per preset, bf16 and torch.compile on/off
 #   spacy-train  `spacy train --gpu-id 0` of the UPOS +ELMo config for a few hundred steps
 #   ray          `embed` on Ray with one GPU per worker, against `embed --gpu-id 0`, output compared
+#   embed-gpu    bench/bench_embed.py --gpu-id 0: `embed --gpu-id 0` on 10,000 lines against nlp.pipe
 # Logs go to $OUT/STAGE.log (and bench/results/ as the benchmarks write them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -103,8 +105,9 @@ run_profile() {  # run_profile LABEL [PACKAGE_DIR [ARGS...]]: the package on PYT
 
 run_serve() {  # the service on the GPU against nlp.pipe on the GPU, under wrk (bench/bench_serve.py --device cuda)
   python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_peer import converted_weights; from pathlib import Path; converted_weights(Path('$PEER'))" &&
-    python3 bench/bench_serve.py --device cuda --models full --engines process --clients 1 64 \
-      --seconds "${SERVE_CELL_SECONDS:-30}" --rounds 1 ||
+    python3 bench/bench_serve.py --device cuda --models full --engines process --clients ${SERVE_CLIENTS:-1 64} \
+      --routes ${SERVE_ROUTES:-/v1/embeddings /embed} --seconds "${SERVE_CELL_SECONDS:-30}" --rounds 1 \
+      --warmup "${SERVE_WARMUP_SECONDS:-10}" ||
     { # a replica's traceback is in Ray's logs, not in the driver's output
       tar -czf "$OUT/ray-serve-logs.tgz" -C /tmp/ray/session_latest/logs . 2> /dev/null
       return 1
@@ -120,7 +123,7 @@ for name in "$@"; do
       ${GPU_TESTS:+-k "$GPU_TESTS"} ;;
     tests) stage tests "${TESTS_SECONDS:-200}" run_tests ;;
     profile) stage profile "${PROFILE_SECONDS:-150}" run_profile "${PROFILE_LABEL:-after}" ;;
-    profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile before "$PWD/.gpu-before" ;;
+    profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile "${PROFILE_LABEL:-before}" "$PWD/.gpu-before" ;;
     profile-small-graphs) stage profile-small-graphs "${PROFILE_SECONDS:-150}" run_profile small-graphs "" --graph-tokens 256 ;;
     tiles) stage tiles "${TILES_SECONDS:-150}" python3 bench/bench_triton_tiles.py ;;
     steps) stage steps "${STEPS_SECONDS:-150}" python3 bench/bench_fp32_steps.py --out bench/results/fp32-steps.json \
@@ -128,7 +131,10 @@ for name in "$@"; do
     serve) stage serve "${SERVE_SECONDS:-420}" run_serve ;;
     component) stage component "${COMPONENT_SECONDS:-200}" python3 bench/bench_gpu.py "$PEER" ${GPU_WORKLOADS:+--workloads $GPU_WORKLOADS} \
       ${GPU_PRECISIONS:+--precisions $GPU_PRECISIONS} ${GPU_CONFIGURATIONS:+--configurations $GPU_CONFIGURATIONS} \
-      ${GPU_REPEATS:+--repeats $GPU_REPEATS} ${GPU_GRAPHS_BEFORE:+--graphs-before} ;;
+      ${GPU_REPEATS:+--repeats $GPU_REPEATS} ${GPU_GRAPHS_BEFORE:+--graphs-before} \
+      ${GPU_PEER_WORKLOADS:+--peer-workloads $GPU_PEER_WORKLOADS} ;;
+    embed-gpu) stage embed-gpu "${EMBED_SECONDS:-150}" python3 bench/bench_embed.py --lines "${EMBED_LINES:-10000}" \
+      --peer "$PEER" --gpu-id 0 ;;
     train-speed) stage train-speed "${TRAIN_SPEED_SECONDS:-200}" python3 bench/bench_train_speed.py --device cuda \
       --corpus .gpu/corpus/corpus --vocab .gpu/corpus/vocab.txt --steps "${TRAIN_SPEED_STEPS:-20}" \
       ${TRAIN_SPEED_PRESETS:+--presets $TRAIN_SPEED_PRESETS} ${TRAIN_SPEED_VARIANTS:+--variants $TRAIN_SPEED_VARIANTS} ;;

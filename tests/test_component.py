@@ -353,8 +353,8 @@ def test_each_batch_is_queued_before_the_one_before_is_waited_for(tiny_weights, 
     log = []
     start, wait = HostCopy.start.__func__, HostCopy.wait
 
-    def logged_start(cls, model, layers):
-        copy = start(cls, model, layers)
+    def logged_start(cls, model, layers, dtype=np.float32):
+        copy = start(cls, model, layers, dtype)
         copy.number = sum(event == "start" for event, _ in log)
         log.append(("start", copy.number))
         return copy
@@ -374,3 +374,15 @@ def test_each_batch_is_queued_before_the_one_before_is_waited_for(tiny_weights, 
     assert batches >= 3
     queued = [event for k in range(1, batches) for event in (("start", k), ("wait", k - 1))]
     assert log == [("start", 0), *queued, ("wait", batches - 1)]
+
+
+def test_float16_layers_come_as_the_float32_ones_rounded(tiny_weights):
+    """Where a doc keeps only float16 layers, they arrive in float16 (on a GPU, cast before the copy
+    back): bitwise the float32 layers rounded, as the store rounded them before."""
+    texts = ["The cat sat on the mat.", "Dogs  bark at night."]
+    exact = [doc._.elmo_data for doc in make_nlp(tiny_weights, set_vector_hooks=False).pipe(texts)]
+    nlp = make_nlp(tiny_weights, set_vector_hooks=False, store_dtype="float16")
+    assert nlp.get_pipe("elmo").predict([nlp.make_doc(texts[0])])[0].dtype == np.float16
+    for doc, layers in zip(nlp.pipe(texts), exact):
+        assert doc._.elmo_data.dtype == np.float16
+        assert np.array_equal(doc._.elmo_data.view(np.uint16), layers.astype(np.float16).view(np.uint16))

@@ -177,6 +177,17 @@ def test_a_thread_other_than_the_one_that_chose_the_gpu_gets_the_same_layers(tin
     assert len(there) == 1 and np.array_equal(there[0], here)
 
 
+def test_float16_layers_cast_on_the_gpu_are_the_float32_ones_rounded(tiny_weights, on_gpu):
+    """Docs that keep only float16 layers get them cast on the GPU before the copy back: bitwise
+    what rounding the float32 layers on the host gives (round to nearest even, both)."""
+    texts = [" ".join(sentence) for sentence in _corpus_sentences(40) if sentence]
+    exact = [doc._.elmo_data for doc in make_nlp(tiny_weights, set_vector_hooks=False).pipe(texts)]
+    halves = list(make_nlp(tiny_weights, set_vector_hooks=False, store_dtype="float16").pipe(texts))
+    for doc, layers in zip(halves, exact):
+        assert doc._.elmo_data.dtype == np.float16
+        assert np.array_equal(doc._.elmo_data.view(np.uint16), layers.astype(np.float16).view(np.uint16))
+
+
 @pytest.mark.parametrize("token_cache", ["kept", "none"])
 def test_a_warm_call_queues_its_batches_without_waiting_for_the_gpu(tiny_weights, on_gpu, token_cache):
     """Nothing in a call waits for the GPU but the copies back (CUDA events, which torch's sync debug

@@ -217,7 +217,13 @@ class Elmo(TrainablePipe):
     # Running
 
     def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
-        """All layers of every token: one float32 array (L+1, len(doc), 2P) per doc."""
+        """All layers of every token: one array (L+1, len(doc), 2P) per doc, in the dtype the doc
+        keeps them in (float16 with store "layers", store_dtype "float16" and no vector hooks;
+        float32 otherwise), views of one buffer for the docs of the call (``sentence_runs``)."""
+        storage = self.settings.storage
+        return self._layers(docs, storage.layers_dtype(with_tensor=self.settings.set_vector_hooks))
+
+    def _layers(self, docs: Iterable[Doc], dtype: type) -> List[np.ndarray]:
         docs = list(docs)
         self._require_weights()
         check_docs_have(docs, self.input_attr, self.name)
@@ -228,6 +234,7 @@ class Elmo(TrainablePipe):
                 docs,
                 self._sentences.for_model(self.bilm),
                 shape=(config.n_output_layers, config.output_dim),
+                dtype=dtype,
                 max_sentence_length=self.settings.max_sentence_length,
                 max_batch_tokens=self.settings.max_batch_tokens,
                 token_string=token_string(self.input_attr),
@@ -269,7 +276,8 @@ class Elmo(TrainablePipe):
         with the component (it is saved with the pipeline)."""
         self._require_weights()
         chosen = centering_fit.first_docs(docs, max_tokens)
-        estimate = centering_fit.estimate(chosen, self.predict(chosen), self.mix, self.settings.remove_directions)
+        layers = self._layers(chosen, np.float32)
+        estimate = centering_fit.estimate(chosen, layers, self.mix, self.settings.remove_directions)
         self._keep(dataclasses.replace(self._record, centering=estimate.as_config()))
         return estimate
 

@@ -23,17 +23,19 @@ def doc_layers(
     cache: SentenceCache,
     *,
     shape: Tuple[int, int],
+    dtype: type = np.float32,
     max_sentence_length: int,
     max_batch_tokens: int,
     token_string: Callable[[Token], str],
 ) -> List[np.ndarray]:
     """The layers of every token of ``docs`` from the biLM in ``model`` (spacy-elmo.BiLM.v1),
-    ``shape`` = (L+1, 2P): one float32 array (L+1, len(doc), 2P) per doc, zeros at whitespace tokens.
+    ``shape`` = (L+1, 2P): one array (L+1, len(doc), 2P) of ``dtype`` (float32, or float16: then
+    rounded on the GPU before the copy back) per doc, zeros at whitespace tokens.
     The biLM reads ``token_string(token)`` of each token (its text, or its lemma: ``token_input``)."""
     segments = [
         segment for position, doc in enumerate(docs) for segment in doc_segments(position, doc, max_sentence_length)
     ]
-    outputs = empty_outputs(docs, segments, shape)
+    outputs = empty_outputs(docs, segments, shape, dtype)
     words = segment_words(docs, segments, token_string)
     missing = []
     for index, sentence in enumerate(words):
@@ -48,7 +50,7 @@ def doc_layers(
     previous: Optional[Tuple[List[int], HostCopy]] = None
     for batch in batches_by_length([words[i] for i in missing], max_batch_tokens):
         sentences = [missing[i] for i in batch]
-        copy = HostCopy.start(model, model.predict([list(words[i]) for i in sentences]))
+        copy = HostCopy.start(model, model.predict([list(words[i]) for i in sentences]), dtype)
         if previous is not None:
             _store(outputs, cache, words, segments, previous[0], previous[1].wait())
         previous = (sentences, copy)
@@ -83,14 +85,19 @@ def doc_segments(position: int, doc: Doc, longest: int) -> List[Segment]:
     return segments
 
 
-def empty_outputs(docs: Sequence[Doc], segments: List[Segment], shape: Tuple[int, int]) -> List[np.ndarray]:
-    """One float32 array (L+1, len(doc), 2P) per doc, ``shape`` = (L+1, 2P): zeros where a doc has
-    tokens no segment covers (whitespace), else left unset (every token gets its layers written)."""
+def empty_outputs(
+    docs: Sequence[Doc], segments: List[Segment], shape: Tuple[int, int], dtype: type = np.float32
+) -> List[np.ndarray]:
+    """One array (L+1, len(doc), 2P) of ``dtype`` per doc, ``shape`` = (L+1, 2P): zeros where a doc
+    has tokens no segment covers (whitespace), else left unset (every token gets its layers written).
+    One allocation per doc, not one for all: freed, arrays of this size go back to the C heap and
+    the next call's reuse its pages, where one buffer for the whole call (hundreds of MB) is mapped
+    afresh each time (BENCHMARKS.md, "The output path on a GPU")."""
     covered = np.zeros(len(docs), dtype=np.int64)
     for position, indices in segments:
         covered[position] += len(indices)
     return [
-        (np.empty if covered[i] == len(doc) else np.zeros)((shape[0], len(doc), shape[1]), dtype=np.float32)
+        (np.empty if covered[i] == len(doc) else np.zeros)((shape[0], len(doc), shape[1]), dtype=dtype)
         for i, doc in enumerate(docs)
     ]
 
@@ -122,7 +129,8 @@ def _is_run(indices: np.ndarray) -> bool:
 
 class HostCopy:
     """A batch's per-sentence layers on their way to the host. On a CUDA GPU one copy of the whole
-    batch into pinned (page-locked) memory, queued behind the batch's kernels (from pinned memory,
+    batch (rounded to ``dtype`` first where that is float16: half the bytes to copy, and what the
+    doc keeps) into pinned (page-locked) memory, queued behind the batch's kernels (from pinned memory,
     several times faster than into pageable memory, and the host need not wait for it); ``wait``
     returns the per-sentence arrays (views of that copy: the caller copies them out, ``_place`` and
     the cache). On a CPU the arrays themselves."""
@@ -133,16 +141,18 @@ class HostCopy:
         self._keep = keep  # the device array being copied, alive until the copy has run
 
     @classmethod
-    def start(cls, model: Model, layers: List[Any]) -> "HostCopy":
-        """Queue the copy of ``layers`` (one (L+1, T_i, 2P) array per sentence, as ``model.predict``
-        returns them) to the host."""
+    def start(cls, model: Model, layers: List[Any], dtype: type = np.float32) -> "HostCopy":
+        """Queue the copy of ``layers`` (one (L+1, T_i, 2P) float32 array per sentence, as
+        ``model.predict`` returns them) to the host; on a CPU they stay float32 (``_place`` rounds
+        them into the doc's array, to the same bits)."""
         if isinstance(model.ops, NumpyOps) or not layers:
             return cls(layers)
         if not isinstance(model.ops, CupyOps):
             return cls([model.ops.to_numpy(part) for part in layers])
         import torch
 
-        device = torch.from_dlpack(model.ops.xp.concatenate(layers, axis=1))
+        packed = model.ops.xp.concatenate(layers, axis=1)
+        device = torch.from_dlpack(packed if dtype == np.float32 else packed.astype(dtype))
         host = torch.empty(device.shape, dtype=device.dtype, pin_memory=True)
         host.copy_(device, non_blocking=True)
         done = torch.cuda.Event()

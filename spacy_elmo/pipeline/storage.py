@@ -73,9 +73,17 @@ class Storage:
             except ValueError as err:
                 raise ValueError(f"elmo: {str(err).rstrip('.')}: {_MEANINGS[setting]}.") from None
 
+    def layers_dtype(self, with_tensor: bool) -> type:
+        """The dtype ``keep`` takes the layers in without converting them: float16 where only float16
+        layers are kept (the "layers" store without doc.tensor), float32 where mixed vectors are
+        computed from them (from the float32 layers, as the other stores keep them)."""
+        if self.store == "layers" and not with_tensor:
+            return DTYPES[self.dtype]
+        return np.float32
+
     def keep(self, doc: Doc, layers: np.ndarray, mix: MixSettings, with_tensor: bool) -> None:
-        """Keep ``layers`` (L+1, n, 2P) float32 on ``doc`` as this store says; ``with_tensor``: the
-        "layers" store also writes the mixed vectors to doc.tensor."""
+        """Keep ``layers`` (L+1, n, 2P), float32 or ``layers_dtype``, on ``doc`` as this store says;
+        ``with_tensor``: the "layers" store also writes the mixed vectors to doc.tensor."""
         for name in ("elmo_data", "elmo_vectors"):  # from an earlier run, maybe with another store
             if doc._.get(name) is not None:
                 doc._.set(name, None)
