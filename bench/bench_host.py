@@ -10,7 +10,7 @@ the median of ``--rounds`` runs, in ms:
 - the token strings the biLM reads (as the package reads them, each doc's once, and through the doc
   one token at a time, the way the package avoids);
 - the char ids of the distinct tokens, and cutting their character axis after the longest token (in
-  NumPy as the component does, and the same in torch on the CPU, as ``CharEncoder._trim`` does for
+  NumPy as the component does, and the same in torch on the CPU, as ``CharEncoder.trim`` does for
   callers that pass whole char ids);
 - the GPU's lane schedule (host tables, built on any machine);
 - placing the layers into a fresh array per doc (each round's arrays kept until the next, as docs
@@ -96,7 +96,7 @@ def steps(sentences: list) -> Dict[str, Callable[[], object]]:
         ],
         "char ids of the distinct tokens": lambda: indexer.encode(distinct),
         "cut their characters (NumPy, as the component does)": lambda: encoder.cut_characters(chars),
-        "cut their characters (the same in torch, on the CPU)": lambda: encoder._trim(torch.from_numpy(chars)),
+        "cut their characters (the same in torch, on the CPU)": lambda: encoder.trim(torch.from_numpy(chars)),
         "lane schedule (GPU, host tables)": lambda: Schedule.build([len(s) + 2 for s in words]),
         "keep each doc's layers (set_annotations)": lambda: [
             storage.keep(doc, layers[i], mix, with_tensor=False) for i, doc in enumerate(docs)

@@ -240,7 +240,7 @@ def test_characters_cut_on_the_host_give_the_bits_of_the_whole_ids(seeded):
         chars, _ = bilm.indexer.encode(tokens)
         cut_ids = bilm.char_encoder.cut_characters(chars)
         assert (cut_ids.shape[1] < width) is cut
-        assert torch.equal(torch.from_numpy(cut_ids), bilm.char_encoder._trim(torch.from_numpy(chars))), "as torch cuts"
+        assert torch.equal(torch.from_numpy(cut_ids), bilm.char_encoder.trim(torch.from_numpy(chars))), "as torch cuts"
         with torch.no_grad():
             whole = bilm.token_representations(*bilm.encode_tokens(tokens))
         assert torch.equal(bilm.represent_tokens(tokens), whole)

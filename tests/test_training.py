@@ -131,12 +131,12 @@ def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_pa
 def test_dev_perplexity_runs_the_path_training_runs(corpus, tmp_path, monkeypatch):
     """Evaluation computes the loss that training computes: the differentiable path, never the
     inference kernels (which the caller would have to name)."""
-    from spacy_elmo.network import bilm as bilm_module
+    from spacy_elmo.network import backends
 
     def refuse(*args, **kwargs):
         raise AssertionError("pretraining or its dev perplexity ran the inference kernels")
 
-    monkeypatch.setattr(bilm_module, "inference_runner", refuse)
+    monkeypatch.setattr(backends, "inference_runner", refuse)
     state = train(config(corpus, max_steps=2, eval_every=1), tmp_path / "run")
     assert [line["dev_ppl"] for line in log_lines(tmp_path / "run") if "dev_ppl" in line] and state.final_dev > 0
 

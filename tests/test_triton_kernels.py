@@ -19,7 +19,7 @@ if torch.cuda.is_available():
 import triton_interpreter  # noqa: E402,F401  (before the kernels are defined)
 
 from spacy_elmo import embed_sentences  # noqa: E402
-from spacy_elmo.kernels.kernel_set import Route  # noqa: E402
+from spacy_elmo.kernels.kernel_set import TritonKernels  # noqa: E402
 from spacy_elmo.kernels.select import select  # noqa: E402
 from spacy_elmo.kernels.triton_ops import KernelTiles, Tiles, TritonOps  # noqa: E402
 from spacy_elmo.network.gpu_stacks import Schedule, Stacks, lane_count, run_stacks  # noqa: E402
@@ -57,7 +57,7 @@ def on_triton(bilm, precision="fp32"):
     """``bilm`` running the Triton kernels (small tiles, interpreted) in ``precision``, on the CPU:
     kernels set by hand are kept (``kernels_for_run`` selects again only for another device)."""
     cpu = select(torch.device("cpu"), "fp32")
-    bilm.kernels = dataclasses.replace(cpu, route=Route.TRITON, gpu=small_ops(precision))
+    bilm.kernels = TritonKernels(cpu.device, cpu.choice, cpu.blocking, gpu=small_ops(precision))
     bilm.token_cache.capacity = 0
     assert bilm.kernels_for_run().gpu is bilm.kernels.gpu
     return bilm
@@ -79,7 +79,8 @@ def test_the_kernels_entry_points_run_triton_on_its_route():
     torch.manual_seed(2)
     x, weight, bias = torch.randn(5, 24), torch.randn(40, 24), torch.randn(40)
     ops = small_ops("bf16")
-    kernels = dataclasses.replace(select(torch.device("cpu"), "fp32"), route=Route.TRITON, gpu=ops)
+    cpu = select(torch.device("cpu"), "fp32")
+    kernels = TritonKernels(cpu.device, cpu.choice, cpu.blocking, gpu=ops)
     assert torch.equal(kernels.linear(x, weight, bias), ops.linear(x, weight, bias))
     assert torch.equal(kernels.step_matmul(x, weight), ops.linear(x, weight))
     assert not torch.equal(kernels.step_matmul(x, weight), x @ weight.T), "bf16 products, not fp32's"

@@ -1,18 +1,19 @@
-"""``Kernels``: what a loaded model computes its matmuls with, as one object (``select`` makes it).
+"""``Kernels``: what a loaded model computes its matmuls with, as one object (``select`` makes it),
+of one class per way of keeping a row's result bitwise independent of the other rows of a call:
 
-The network never asks which precision or kernel runs: it calls the entry points here
-(``linear`` for position-wise matmuls, ``step_matmul`` for the LSTM step loop) and reads the
-sizes they need (``step_rows``, ``token_blocks``, ``blocking``). Each entry point keeps a row's
-result bitwise independent of the other rows of a call:
-
-- ``Route.ONEDNN_ANY_ROWS``: oneDNN, whose rows were probed independent of the row count
-  (``onednn``): every call runs at the rows it has;
-- ``Route.ONEDNN_FIXED_ROWS``: oneDNN bf16 on AMX, whose tiles change kernels with the row count:
-  step matmuls keep a fixed row count, position-wise ones run on fixed shapes;
-- ``Route.FIXED_SHAPES``: zero-padded blocks of a fixed shape (``batch_invariant``);
-- ``Route.INT8``: exact integer sums (``quantized``), any row count;
-- ``Route.TRITON``: on a CUDA GPU, the Triton kernels of ``gpu`` run everything at each call's
+- ``OneDnnAnyRows``: oneDNN, whose rows were probed independent of the row count (``onednn``):
+  every call runs at the rows it has;
+- ``OneDnnFixedRows``: oneDNN bf16 on AMX, whose tiles change kernels with the row count: step
+  matmuls keep a fixed row count, position-wise ones run on fixed shapes;
+- ``FixedShapes``: zero-padded blocks of a fixed shape (``batch_invariant``);
+- ``Int8Sums``: exact integer sums (``quantized``), any row count;
+- ``TritonKernels``: on a CUDA GPU, the Triton kernels of ``gpu`` run everything at each call's
   own size (``triton_ops``).
+
+The network never asks which one runs: it calls the entry points (``linear`` for position-wise
+matmuls, ``step_matmul`` for the LSTM step loop) and reads the sizes they need (``step_rows``,
+``token_blocks``, ``blocking``); ``network.backends`` runs a call's char convolutions and LSTM
+layers the way the kernels take.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 import torch
 from torch import Tensor
@@ -62,19 +63,21 @@ class KernelChoice:
 
 @dataclass(frozen=True)
 class Kernels:
-    """The matmul entry points of one loaded model on one device.
+    """The matmul entry points of one loaded model on one device, one subclass per ``Route``
+    (``select`` makes the one for the machine and the precision; ``kernels_for`` by route).
 
-    choice: what runs and why. route: how rows stay independent of the row count. blocking: the
-    fixed sizes of the step loop and char encoder. int8: the int8 kernel (``Route.INT8``).
-    gpu: the Triton kernels (``Route.TRITON``).
+    choice: what runs and why. blocking: the fixed sizes of the step loop and char encoder.
+    int8: the int8 kernel (``Int8Sums``). gpu: the Triton kernels (``TritonKernels``).
     """
 
     device: torch.device
     choice: KernelChoice
-    route: Route
     blocking: Blocking
     int8: Optional[Int8Kernel] = None
     gpu: Optional[TritonOps] = None
+
+    route: ClassVar[Route]
+    any_rows: ClassVar[bool]  # whether a call may run at the rows it has (no fixed shapes)
 
     @property
     def runs(self) -> str:
@@ -87,9 +90,21 @@ class Kernels:
         return self.choice.runs == "fp32"
 
     @property
-    def any_rows(self) -> bool:
-        """Whether a call may run at the rows it has (no fixed shapes)."""
-        return self.route in (Route.ONEDNN_ANY_ROWS, Route.INT8, Route.TRITON)
+    def fused_when_auto(self) -> bool:
+        """Whether the "auto" LSTM path takes torch's fused kernel for unclipped, stateless calls:
+        exact fp32 on a CUDA GPU (where it is faster than the step loop)."""
+        return self.exact and self.device.type == "cuda"
+
+    @property
+    def probes_fused_lanes(self) -> bool:
+        """Whether torch's fused LSTM kernel needs its lane count probed for lane-independent bits
+        (on a CPU, whose MKL matmuls may change kernels with the rows; ``fused_lstm.fused_lanes``)."""
+        return self.device.type == "cpu"
+
+    @property
+    def captures_graphs(self) -> bool:
+        """Whether calls may be captured and replayed as CUDA graphs (on a CUDA device)."""
+        return self.device.type == "cuda"
 
     def with_blocking(self, blocking: Optional[Blocking]) -> "Kernels":
         """These kernels on other fixed sizes (None: these)."""
@@ -104,43 +119,15 @@ class Kernels:
         rows: Optional[int] = None,
     ) -> Tensor:
         """Position-wise ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N), each row
-        bitwise independent of M; in blocks of ``rows`` rows (default ``blocking.gemm_rows``);
-        written into ``out`` (M, N) where given and the route writes in place (a buffer reused
-        across calls: no fresh pages to fault in)."""
-        rows, precision = rows or self.blocking.gemm_rows, self.choice.runs
-        if self.route is Route.TRITON:
-            assert self.gpu is not None  # select sets the Triton kernels of the TRITON route
-            return self.gpu.linear(x, weight, bias)
-        if self.route is Route.INT8:
-            assert self.int8 is not None  # select sets the int8 kernel of the INT8 route
-            return quantized.linear(x, weight, self.int8, bias)
-        if self.route is not Route.ONEDNN_ANY_ROWS:
-            result = matmul_rows(x, weight.t(), rows, precision)
-            return result if bias is None else result.add_(bias)
-        reordered = not onednn.plain_takes(weight, precision)  # a plain weight needs no second copy
-        if out is None:
-            out = x.new_empty(x.shape[0], weight.shape[0])
-        for start in range(0, len(x), rows):  # written in place (with the bias): one pass per block
-            block = onednn.linear(x[start : start + rows], weight, precision, reordered)
-            target = out[start : start + rows]
-            if bias is None:
-                target.copy_(block)
-            else:
-                torch.add(block, bias, out=target)
-        return out
+        bitwise independent of M; in blocks of ``rows`` rows (default ``blocking.gemm_rows``) where
+        the route blocks; written into ``out`` (M, N) where given and the route writes in place (a
+        buffer reused across calls: no fresh pages to fault in)."""
+        raise NotImplementedError
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls:
         x (G, K) -> (G, N), G from ``step_rows``."""
-        if self.route is Route.TRITON:
-            assert self.gpu is not None  # select sets the Triton kernels of the TRITON route
-            return self.gpu.linear(x, weight)
-        if self.route is Route.INT8:
-            assert self.int8 is not None  # select sets the int8 kernel of the INT8 route
-            return quantized.linear(x, weight, self.int8)
-        if self.route in (Route.ONEDNN_ANY_ROWS, Route.ONEDNN_FIXED_ROWS):
-            return onednn.linear(x, weight, self.choice.runs)
-        return matmul_rows(x, weight.t(), x.shape[0], self.choice.runs)
+        raise NotImplementedError
 
     def step_rows(self, lanes: int) -> int:
         """The rows a step matmul of ``lanes`` working lanes takes: the lanes where any row count
@@ -166,3 +153,128 @@ class Kernels:
             "slower": self.choice.slower,
             "device": str(self.device),
         }
+
+
+class OneDnnAnyRows(Kernels):
+    """oneDNN, whose rows were probed independent of the row count: every call at the rows it has."""
+
+    route, any_rows = Route.ONEDNN_ANY_ROWS, True
+
+    def linear(
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        out: Optional[Tensor] = None,
+        rows: Optional[int] = None,
+    ) -> Tensor:
+        rows, precision = rows or self.blocking.gemm_rows, self.choice.runs
+        reordered = not onednn.plain_takes(weight, precision)  # a plain weight needs no second copy
+        if out is None:
+            out = x.new_empty(x.shape[0], weight.shape[0])
+        for start in range(0, len(x), rows):  # written in place (with the bias): one pass per block
+            block = onednn.linear(x[start : start + rows], weight, precision, reordered)
+            target = out[start : start + rows]
+            if bias is None:
+                target.copy_(block)
+            else:
+                torch.add(block, bias, out=target)
+        return out
+
+    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        return onednn.linear(x, weight, self.choice.runs)
+
+
+class FixedShapes(Kernels):
+    """Zero-padded blocks of a fixed shape (``batch_invariant``): a row's bits are those of its
+    block's shape, whatever the rows beside it."""
+
+    route, any_rows = Route.FIXED_SHAPES, False
+
+    def linear(
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        out: Optional[Tensor] = None,
+        rows: Optional[int] = None,
+    ) -> Tensor:
+        result = matmul_rows(x, weight.t(), rows or self.blocking.gemm_rows, self.choice.runs)
+        return result if bias is None else result.add_(bias)
+
+    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        return matmul_rows(x, weight.t(), x.shape[0], self.choice.runs)
+
+
+class OneDnnFixedRows(FixedShapes):
+    """oneDNN bf16 on AMX, whose tiles change kernels with the row count: position-wise matmuls on
+    fixed shapes, step matmuls at the fixed row count of the step loop's chunks."""
+
+    route = Route.ONEDNN_FIXED_ROWS
+
+    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        return onednn.linear(x, weight, self.choice.runs)
+
+
+class Int8Sums(Kernels):
+    """Exact integer sums (``quantized``): the same bits at any row count, on every int8 kernel."""
+
+    route, any_rows = Route.INT8, True
+
+    def linear(
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        out: Optional[Tensor] = None,
+        rows: Optional[int] = None,
+    ) -> Tensor:
+        assert self.int8 is not None  # select gives Int8Sums its kernel
+        return quantized.linear(x, weight, self.int8, bias)
+
+    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        assert self.int8 is not None
+        return quantized.linear(x, weight, self.int8)
+
+
+class TritonKernels(Kernels):
+    """On a CUDA GPU, the Triton kernels of ``gpu``, everything at each call's own size
+    (``triton_ops``)."""
+
+    route, any_rows = Route.TRITON, True
+
+    @property
+    def ops(self) -> TritonOps:
+        """The Triton kernels themselves (char convolutions, LSTM steps: ``network.backends``)."""
+        assert self.gpu is not None  # select gives TritonKernels their kernels
+        return self.gpu
+
+    def linear(
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        out: Optional[Tensor] = None,
+        rows: Optional[int] = None,
+    ) -> Tensor:
+        return self.ops.linear(x, weight, bias)
+
+    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        return self.ops.linear(x, weight)
+
+
+BY_ROUTE: Dict[Route, Type[Kernels]] = {
+    kind.route: kind for kind in (OneDnnAnyRows, OneDnnFixedRows, FixedShapes, Int8Sums, TritonKernels)
+}
+
+
+def kernels_for(
+    route: Route,
+    device: torch.device,
+    choice: KernelChoice,
+    blocking: Blocking,
+    int8: Optional[Int8Kernel] = None,
+    gpu: Optional[TritonOps] = None,
+) -> Kernels:
+    """The kernels of ``route`` (one class each)."""
+    return BY_ROUTE[route](device, choice, blocking, int8, gpu)

@@ -32,7 +32,7 @@ import torch
 
 from . import machine, onednn, quantized, triton_ops
 from .batch_invariant import Blocking
-from .kernel_set import KernelChoice, Kernels, Route
+from .kernel_set import KernelChoice, Kernels, Route, kernels_for
 from .precision import check_precision
 
 BF16_FEATURES = ("amx_bf16", "avx512_bf16")
@@ -51,7 +51,7 @@ def select(device: torch.device, precision: str, blocking: Optional[Blocking] = 
     else:
         choice, route, int8 = _on_cpu(precision, machine.cpu_features())
     gpu = triton_ops.for_device(device, choice.runs) if route is Route.TRITON else None
-    return Kernels(device, choice, route, blocking or Blocking.for_device(device), int8, gpu)
+    return kernels_for(route, device, choice, blocking or Blocking.for_device(device), int8, gpu)
 
 
 Decision = Tuple[KernelChoice, Route, Optional[quantized.Int8Kernel]]

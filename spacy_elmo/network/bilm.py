@@ -26,19 +26,18 @@ from torch import Tensor, nn
 from ..kernels import advice
 from ..kernels.batch_invariant import Blocking
 from ..kernels.cuda_math import ieee_fp32
+from ..kernels.devices import upload
 from ..kernels.kernel_set import KernelChoice, Kernels
 from ..kernels.precision import check_precision
 from ..kernels.select import check_int8_fits, select
-from ..kernels.triton_ops import TritonOps
-from . import gpu_stacks
+from .backends import Backend, backend_for
 from .char_encoder import CharEncoder
 from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .gpu_graphs import CallGraphs
 from .lstm_layer import LayerState, LstmLayer, LstmState
-from .lstm_paths import LayerRunner, inference_runner, training_runner
+from .lstm_paths import LayerRunner, training_runner
 from .token_cache import TokenCache
-from .uploads import upload
 
 
 class LMHead(nn.Module):
@@ -147,6 +146,10 @@ class BiLM(nn.Module):
             kernels = self.kernels = select(self.device, kernels.choice.requested if kernels is not None else "fp32")
         return kernels.with_blocking(self.blocking)
 
+    def backend_for_run(self) -> Backend:
+        """How this call computes (``backends``): over ``kernels_for_run``."""
+        return backend_for(self.kernels_for_run())
+
     def _run_kernels_once(self) -> None:
         bos, eos = self.indexer.bos_token, self.indexer.eos_token
         strings = [bos, "the", eos, bos, "the", "end", eos]
@@ -199,10 +202,11 @@ class BiLM(nn.Module):
         self, char_ids: Tensor, word_ids: Optional[Tensor] = None, already_cut: bool = False
     ) -> Tensor:
         """Inference: char_ids (N, C), word_ids (N,) or None -> (N, P), each token's row bitwise
-        independent of the others (the differentiable path is ``char_encoder(...)``). ``already_cut``: see
-        ``CharEncoder.forward_invariant``."""
+        independent of the others (the differentiable path is ``char_encoder(...)``). ``already_cut``: the
+        character axis was cut after the longest token on the host (``CharEncoder.cut_characters``),
+        so a GPU does not cut it again (finding the longest token there waits for the GPU)."""
         with torch.no_grad(), ieee_fp32(char_ids.device):
-            return self.char_encoder.forward_invariant(char_ids, self.kernels_for_run(), word_ids, already_cut)
+            return self.backend_for_run().represent(self.char_encoder, char_ids, word_ids, already_cut)
 
     def contextualize(
         self,
@@ -225,22 +229,17 @@ class BiLM(nn.Module):
         """
         _check_lengths(tokens, lengths)
         with torch.no_grad(), ieee_fp32(tokens.device):
-            kernels = self.kernels_for_run()
-            if kernels.gpu is not None and (path or self.lstm_path) != "fused":
-                return self._run_on_gpu(kernels.gpu, tokens, lengths, initial_state)
-            stateful = initial_state is not None
-            run = inference_runner(self.config, kernels, list(lengths), path or self.lstm_path, stateful, tokens.device)
-            return self._run_stacks(run, tokens, initial_state, dropout=False)
+            return self.backend_for_run().contextualize(self, tokens, lengths, initial_state, path or self.lstm_path)
 
     def contextualize_for_training(self, tokens: Tensor, lengths: Sequence[int]) -> Tensor:
         """Training (and its evaluation): the differentiable path, with dropout in train mode and
         TF32 where the process allows it. tokens (N, P), B lengths -> layers (L+1, N, 2P)."""
         _check_lengths(tokens, lengths)
         run = training_runner(list(lengths), tokens.device)
-        layers, _ = self._run_stacks(run, tokens, None, dropout=self.training)
+        layers, _ = self.run_stacks(run, tokens, None, dropout=self.training)
         return layers
 
-    def _run_stacks(
+    def run_stacks(
         self, run: LayerRunner, tokens: Tensor, initial_state: Optional[LstmState], dropout: bool
     ) -> Tuple[Tensor, Optional[LstmState]]:
         """Both stacks through ``run``, the residual between layers: layers (L+1, N, 2P) and the
@@ -263,24 +262,6 @@ class BiLM(nn.Module):
         complete = cast("Dict[Tuple[str, int], LayerState]", finals)
         final_state = LstmState.from_layers(complete, self.config.n_layers) if initial_state is not None else None
         return torch.stack(layers), final_state
-
-    def _run_on_gpu(
-        self, ops: TritonOps, tokens: Tensor, lengths: Sequence[int], initial_state: Optional[LstmState]
-    ) -> Tuple[Tensor, Optional[LstmState]]:
-        """``contextualize`` through the Triton kernels: stateless calls replay a CUDA graph
-        (``cuda_graphs``) from their bucket's second call on, the others launch the kernels one
-        by one; the same bits either way."""
-        forward, backward = (
-            cast("Sequence[LstmLayer]", stack) for stack in (self.forward_layers, self.backward_layers)
-        )
-        stacks = gpu_stacks.Stacks.of(ops, forward, backward, self.config.residual)
-        graphs = self.cuda_graphs
-        if initial_state is None and graphs is not None and graphs.takes(tokens):
-            replayed = graphs.run(ops, stacks, tokens, lengths)
-            if replayed is not None:
-                return replayed, None
-        schedule = gpu_stacks.Schedule.build(lengths)
-        return gpu_stacks.run_stacks(ops, stacks, tokens, schedule.tables(schedule.on(tokens.device)), initial_state)
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""

@@ -82,7 +82,7 @@ class CharEncoder(nn.Module):
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
         """Differentiable path. char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        ids = self._trim(char_ids)
+        ids = self.trim(char_ids)
         chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
         pad_windows = self._pad_windows() if self._is_cut(ids) else None
         features = []
@@ -94,19 +94,13 @@ class CharEncoder(nn.Module):
         return self._highways_and_projection(torch.cat(features, dim=1), word_ids, F.linear, Tensor.sigmoid_)
 
     @torch.no_grad()
-    def forward_invariant(
-        self, char_ids: Tensor, kernels: Kernels, word_ids: Optional[Tensor] = None, already_cut: bool = False
-    ) -> Tensor:
-        """Batch-invariant path: a token's representation is bitwise independent of the others.
-        Tokens run in blocks of ``kernels.token_blocks()``: on fixed shapes each block padded
-        whole; where matmul rows do not depend on the row count, the last padded only to a
-        multiple of 32 tokens (whole SIMD blocks for the elementwise functions).
-        char_ids (N, C), word_ids (N,) or None -> (N, P). ``already_cut``: the character axis was cut
-        after the longest token on the host (``cut_characters``), so a GPU does not cut it again
-        (finding the longest token there waits for the GPU)."""
+    def encode_in_blocks(self, char_ids: Tensor, word_ids: Optional[Tensor], kernels: Kernels) -> Tensor:
+        """Batch-invariant path of the CPU's kernels: a token's representation is bitwise
+        independent of the others. Tokens run in blocks of ``kernels.token_blocks()``: on fixed
+        shapes each block padded whole; where matmul rows do not depend on the row count, the last
+        padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise functions).
+        char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        if kernels.gpu is not None:
-            return self._forward_gpu(char_ids if already_cut else self._trim(char_ids), word_ids, kernels.gpu)
         block, pad_to = kernels.token_blocks()
         n_tokens = char_ids.shape[0]
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
@@ -122,10 +116,12 @@ class CharEncoder(nn.Module):
             out[start : start + block] = encoded[: n_tokens - start]
         return out
 
-    def _forward_gpu(self, ids: Tensor, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
-        """``forward_invariant`` through the Triton kernels, every token in one call at its own
-        size (a token's rows do not depend on the others'). ids (N, C') cut after the longest
-        token -> (N, P)."""
+    @torch.no_grad()
+    def encode_at_once(self, ids: Tensor, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
+        """Batch-invariant path of the Triton kernels: every token in one call at its own size (a
+        token's rows do not depend on the others'). ids (N, C') cut after the longest token
+        (``trim``), word_ids (N,) or None -> (N, P)."""
+        self._check_word_ids(word_ids)
         convs = list(self._conv_layers())
         weights, widths = ops.conv_weights([conv.weight for conv in convs])
         best = ops.conv_max(self.embedding(ids), weights, widths)
@@ -143,7 +139,7 @@ class CharEncoder(nn.Module):
         """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
         projection GEMMs take the whole block (a fixed shape already); the convolution windows go
         in ``blocking.gemm_rows`` chunks."""
-        ids = self._trim(char_ids)
+        ids = self.trim(char_ids)
         trimmed = self._is_cut(ids)
         chars = self.embedding(ids)  # (n, C', E)
         n_tokens = chars.shape[0]
@@ -198,15 +194,15 @@ class CharEncoder(nn.Module):
             )
 
     def cut_characters(self, char_ids: np.ndarray) -> np.ndarray:
-        """Char ids (N, C) on the host -> (N, C'), cut as ``forward_invariant`` would cut them on
-        the device (in NumPy: no wait for a GPU, no thread pool woken for a small array); pass
+        """Char ids (N, C) on the host -> (N, C'), cut as ``trim`` would cut them on the
+        device (in NumPy: no wait for a GPU, no thread pool woken for a small array); pass
         them on with ``already_cut``."""
         real = (char_ids != self.pad_id) & (char_ids != 0)
         used = np.flatnonzero(real.any(axis=0))
         keep = self._kept_columns(int(used[-1]) + 1 if used.size else 0, char_ids.shape[1])
         return np.ascontiguousarray(char_ids[:, :keep])
 
-    def _trim(self, char_ids: Tensor) -> Tensor:
+    def trim(self, char_ids: Tensor) -> Tensor:
         """Char ids (N, C) -> (N, C'), the character axis cut as ``_kept_columns`` says."""
         real = (char_ids != self.pad_id) & (char_ids != 0)
         longest = int(real.any(dim=0).nonzero().max()) + 1 if bool(real.any()) else 0

@@ -56,12 +56,13 @@ def _lstm(x: Tensor, state: Tuple[Tensor, Tensor], weights: List[Tensor]) -> Tup
         return torch.lstm(x, state, weights, True, 1, 0.0, False, False, True)
 
 
-def fused_lanes(input_dim: int, cells: int, projection_dim: int, lanes: int, steps: int, device: torch.device) -> int:
-    """Lanes per block of the fused kernel for a layer of these sizes: ``lanes``, or on CPU the
-    smallest count from it up at which a probe finds torch's LSTM kernel (MKL matmuls, see
-    ``clean_rows``) giving every lane the bits of the first at each of ``probed_thread_counts``;
-    probed once per shape. Raises RuntimeError where no count up to ``lanes + max(8, lanes // 4)`` is."""
-    if device.type != "cpu":
+def fused_lanes(input_dim: int, cells: int, projection_dim: int, lanes: int, steps: int, probed: bool) -> int:
+    """Lanes per block of the fused kernel for a layer of these sizes: ``lanes``, or where
+    ``probed`` (on a CPU: ``Kernels.probes_fused_lanes``) the smallest count from it up at which a
+    probe finds torch's LSTM kernel (MKL matmuls, see ``clean_rows``) giving every lane the bits of
+    the first at each of ``probed_thread_counts``; probed once per shape. Raises RuntimeError where
+    no count up to ``lanes + max(8, lanes // 4)`` is."""
+    if not probed:
         return lanes
     shapes = ((4 * cells, input_dim), (4 * cells, projection_dim), (4 * cells,), (4 * cells,), (projection_dim, cells))
     threads = probed_thread_counts()

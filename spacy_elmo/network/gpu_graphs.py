@@ -95,8 +95,8 @@ class CallGraphs:
         return sum(captured.nbytes for captured in self._graphs.values())
 
     def takes(self, tokens: Tensor) -> bool:
-        """Whether a stateless call of these tokens may replay a graph."""
-        return tokens.device.type == "cuda" and tokens.shape[0] <= MOST_TOKENS and self.failed is None
+        """Whether a stateless call of these tokens (on a CUDA device) may replay a graph."""
+        return tokens.shape[0] <= MOST_TOKENS and self.failed is None
 
     def run(self, ops: TritonOps, stacks: Stacks, tokens: Tensor, lengths: Sequence[int]) -> Optional[Tensor]:
         """Layers (L+1, N, 2P) of tokens (N, P) in sentences of ``lengths``, through a graph; None

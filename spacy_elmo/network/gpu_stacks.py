@@ -21,10 +21,10 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..kernels.devices import upload
 from ..kernels.triton_ops import LayerPair, Starts, StepTables, TritonOps
 from .lanes import LanePlan
 from .lstm_layer import LayerState, LstmLayer, LstmState
-from .uploads import upload
 
 MOST_LANES = 1024  # a call's lanes: beyond this, more sentences make longer lanes, not more
 

@@ -38,10 +38,11 @@ def inference_runner(
             else f"{kernels.runs} runs the step loop"
         )
         raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
-    if path == "fused" or (path == "auto" and not (clipped or stateful) and kernels.exact and device.type == "cuda"):
+    if path == "fused" or (path == "auto" and not (clipped or stateful) and kernels.fused_when_auto):
         blocking = kernels.blocking
         proj = config.projection_dim  # every layer's input is the P-wide output of the one below
-        lanes = fused_lstm.fused_lanes(proj, config.lstm_dim, proj, blocking.fused_rows, blocking.fused_steps, device)
+        probed = kernels.probes_fused_lanes
+        lanes = fused_lstm.fused_lanes(proj, config.lstm_dim, proj, blocking.fused_rows, blocking.fused_steps, probed)
         plan = LanePlan.build(lengths, lanes, blocking.fused_steps, device)
         return lambda layer, x, direction, start: fused_lstm.run_fused_blocks(layer, x, plan, direction, start)
     plan = LanePlan.build(lengths, step_width(lengths, kernels, config.lstm_dim), 1, device)

@@ -41,9 +41,10 @@ class PackedOrder:
 
 
 def run_differentiable(layer: LstmLayer, x: Tensor, order: PackedOrder, direction: str) -> Tensor:
-    """Autograd path for training. x (N, I) packed -> (N, P) packed. cuDNN's fused kernel on GPU
-    for unclipped layers; elsewhere an autograd step loop (ATen's CPU LSTM slices its inputs once
-    per step, and every slice's backward fills a gradient as large as all of them)."""
+    """Autograd path for training. x (N, I) packed -> (N, P) packed. cuDNN's fused kernel for
+    unclipped layers where cuDNN takes ``x`` (on a GPU); elsewhere an autograd step loop (ATen's
+    CPU LSTM slices its inputs once per step, and every slice's backward fills a gradient as large
+    as all of them)."""
     if not order.batch_sizes:
         return x.new_zeros(0, layer.projection_dim)
     index = order.index[direction]
@@ -51,7 +52,7 @@ def run_differentiable(layer: LstmLayer, x: Tensor, order: PackedOrder, directio
     active = order.batch_sizes[0]
     h0 = x.new_zeros(active, layer.projection_dim)
     c0 = x.new_zeros(active, layer.cells)
-    if layer.is_clipped or x.device.type != "cuda":
+    if layer.is_clipped or not torch.backends.cudnn.is_acceptable(x):
         out = _autograd_step_loop(layer, x_time, order.batch_sizes, h0, c0)
     else:
         batch_sizes = torch.tensor(order.batch_sizes, dtype=torch.long)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .uploads import index_tensor
+from ..kernels.devices import index_tensor
 
 
 class TokenCache:

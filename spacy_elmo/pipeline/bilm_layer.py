@@ -21,6 +21,7 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp
 from thinc.types import Floats3d
 from torch import nn
 
+from ..kernels.devices import made_current
 from ..network.bilm import BiLM
 from ..network.chars import TokenIndexer
 from ..network.config import BiLMConfig
@@ -100,14 +101,7 @@ def on_bilm_device(model: Model) -> Iterator[None]:
     biLM's: each thread has its own, and a thread other than the one that called
     ``spacy.require_gpu`` (a Ray Data actor's, a web server's) would otherwise hand cupy arrays of
     one device to kernels launched on another. A no-op on the CPU."""
-    device = get_bilm(model).device
-    if device.type != "cuda":
-        yield
-        return
-    import cupy
-
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    with torch.cuda.device(index), cupy.cuda.Device(index):
+    with made_current(get_bilm(model).device):
         yield
 
 
