@@ -122,6 +122,10 @@ class Kernels:
         bitwise independent of M; in blocks of ``rows`` rows (default ``blocking.gemm_rows``) where
         the route blocks; written into ``out`` (M, N) where given and the route writes in place (a
         buffer reused across calls: no fresh pages to fault in)."""
+        return self._linear(x, weight, bias, out, rows or self.blocking.gemm_rows)
+
+    def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
+        """``linear`` on this route, ``rows`` given."""
         raise NotImplementedError
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
@@ -160,15 +164,8 @@ class OneDnnAnyRows(Kernels):
 
     route, any_rows = Route.ONEDNN_ANY_ROWS, True
 
-    def linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Optional[Tensor] = None,
-        out: Optional[Tensor] = None,
-        rows: Optional[int] = None,
-    ) -> Tensor:
-        rows, precision = rows or self.blocking.gemm_rows, self.choice.runs
+    def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
+        precision = self.choice.runs
         reordered = not onednn.plain_takes(weight, precision)  # a plain weight needs no second copy
         if out is None:
             out = x.new_empty(x.shape[0], weight.shape[0])
@@ -191,15 +188,8 @@ class FixedShapes(Kernels):
 
     route, any_rows = Route.FIXED_SHAPES, False
 
-    def linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Optional[Tensor] = None,
-        out: Optional[Tensor] = None,
-        rows: Optional[int] = None,
-    ) -> Tensor:
-        result = matmul_rows(x, weight.t(), rows or self.blocking.gemm_rows, self.choice.runs)
+    def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
+        result = matmul_rows(x, weight.t(), rows, self.choice.runs)
         return result if bias is None else result.add_(bias)
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
@@ -221,14 +211,7 @@ class Int8Sums(Kernels):
 
     route, any_rows = Route.INT8, True
 
-    def linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Optional[Tensor] = None,
-        out: Optional[Tensor] = None,
-        rows: Optional[int] = None,
-    ) -> Tensor:
+    def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
         assert self.int8 is not None  # select gives Int8Sums its kernel
         return quantized.linear(x, weight, self.int8, bias)
 
@@ -249,14 +232,7 @@ class TritonKernels(Kernels):
         assert self.gpu is not None  # select gives TritonKernels their kernels
         return self.gpu
 
-    def linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Optional[Tensor] = None,
-        out: Optional[Tensor] = None,
-        rows: Optional[int] = None,
-    ) -> Tensor:
+    def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
         return self.ops.linear(x, weight, bias)
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
