@@ -90,7 +90,7 @@ def worker(spec: dict) -> dict:
         run = lambda: naive_forward(bilm, char_ids)  # noqa: E731
         char_stage = lambda: naive_token_representations(bilm, char_ids)  # noqa: E731
     else:
-        bilm.lstm_path = spec["path"]
+        bilm = bilm.with_settings(lstm_path=spec["path"])
         flat = [t for s in sentences for t in (BOS_TOKEN, *s, EOS_TOKEN)]
         run = lambda: embed_sentences(bilm, sentences, max_batch_tokens=10**9)  # noqa: E731
         char_stage = lambda: bilm.token_cache.lookup(flat, bilm.char_encoder, bilm.represent_tokens)  # noqa: E731

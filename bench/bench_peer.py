@@ -127,9 +127,9 @@ def error_against_fp32(bilm, sentences, precision: str, max_batch_tokens: int = 
     """Per layer: max |reduced - fp32| and the lowest and mean cosine of a token's two vectors."""
     from spacy_elmo import embed_sentences
 
-    bilm.precision = "fp32"
+    bilm = bilm.with_settings(precision="fp32")
     exact = embed_sentences(bilm, sentences, max_batch_tokens=max_batch_tokens)
-    bilm.precision = precision
+    bilm = bilm.with_settings(precision=precision)
     return layer_errors(exact, embed_sentences(bilm, sentences, max_batch_tokens=max_batch_tokens))
 
 

@@ -21,9 +21,9 @@ from spacy_elmo import BiLM, BiLMConfig, embed_sentences, import_original
 
 def drift(bilm: BiLM, sentences: list, path: str = "auto") -> list:
     """Per layer: max |cuda - cpu| over every token, and max |cpu|."""
-    bilm.lstm_path = "step"
+    bilm = bilm.with_settings(lstm_path="step")
     on_cpu = np.concatenate(embed_sentences(bilm.cpu(), sentences), axis=1)
-    bilm.lstm_path = path
+    bilm = bilm.with_settings(lstm_path=path)
     on_gpu = np.concatenate(embed_sentences(bilm.cuda(), sentences), axis=1)
     bilm.cpu()
     return [

@@ -42,14 +42,10 @@ def session_fixture_bilm(fixture_dir):
 
 @pytest.fixture
 def fixture_bilm(session_fixture_bilm):
-    """The fixture's biLM, shared by the session for speed: its run-time settings are put back
-    after each test, passed or failed, so that no test sees another's (a test that died in bf16
-    once left the next ones in bf16)."""
-    bilm = session_fixture_bilm
-    yield bilm
-    bilm.precision, bilm.lstm_path, bilm.blocking, bilm.carried_state = "fp32", "auto", None, None
-    bilm.token_cache.clear()
-    bilm.eval()
+    """The fixture's biLM: its weights loaded once for the session, each test given a BiLM of its
+    own over them (``with_settings``: its own kernels, token cache and carried state), so that no
+    test sees another's settings."""
+    return session_fixture_bilm.with_settings()
 
 
 @pytest.fixture

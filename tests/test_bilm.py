@@ -148,7 +148,7 @@ def test_bitwise_identical_whatever_the_batch(seeded, overrides, path, kernels):
     """The same sentence gives the same bits alone, among others, in any order, under any token
     budget, with or without the token cache."""
     bilm = random_bilm(**overrides)
-    bilm.lstm_path = path
+    bilm = bilm.with_settings(lstm_path=path)
     target = SENTENCES[4]
     alone = embed_sentences(bilm, [target])[0]
     rng = random.Random(3)
@@ -199,9 +199,10 @@ def test_other_blockings_agree_to_rounding(seeded):
     bilm = random_bilm(cell_clip=3.0)
     sentences = corpus_like_sentences(40, seed=5)
     baseline = embed_sentences(bilm, sentences)
-    bilm.blocking = Blocking(step_columns=16, step_lanes=8, gemm_rows=128, token_block=32, token_block_any_rows=32)
+    bilm = bilm.with_settings(
+        blocking=Blocking(step_columns=16, step_lanes=8, gemm_rows=128, token_block=32, token_block_any_rows=32)
+    )
     changed = embed_sentences(bilm, sentences, max_batch_tokens=200)
-    bilm.blocking = None
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed))
 
 
@@ -222,7 +223,7 @@ def test_token_blocks_of_any_size_give_the_same_bits_where_rows_do_not_depend_on
     with torch.no_grad():
         one_block = bilm.token_representations(char_ids, word_ids)
         assert len(blocks) == 1  # the default block (256) takes them all
-        bilm.blocking = Blocking(token_block_any_rows=32)
+        bilm = bilm.with_settings(blocking=Blocking(token_block_any_rows=32))
         many_blocks = bilm.token_representations(char_ids, word_ids)
     assert blocks[1:] == [32] * (len(blocks) - 1) and len(blocks) - 1 == -(-len(tokens) // 32)
     assert torch.equal(one_block, many_blocks)
@@ -233,7 +234,7 @@ def test_characters_cut_on_the_host_give_the_bits_of_the_whole_ids(seeded):
     (on a GPU, cutting them there waits for it); the pad windows cut off still count, in every block."""
     bilm = random_bilm()
     bilm.token_cache.capacity = 0
-    bilm.blocking = Blocking(token_block=32, token_block_any_rows=32)
+    bilm = bilm.with_settings(blocking=Blocking(token_block=32, token_block_any_rows=32))
     short = sorted({token for sentence in corpus_like_sentences(20, seed=3) for token in sentence})[:40]
     width = bilm.config.max_characters_per_token
     for tokens, cut in ((short, True), ([*short, "x" * 80], False)):
@@ -309,7 +310,7 @@ def test_bitwise_identical_at_original_size(clipped, path, kernels):
     torch.manual_seed(0)
     config = BiLMConfig.preset("original") if clipped else BiLMConfig.preset("original", cell_clip=None, proj_clip=None)
     bilm = BiLM(config).eval()
-    bilm.lstm_path = path
+    bilm = bilm.with_settings(lstm_path=path)
     target = SENTENCES[0]
     alone = embed_sentences(bilm, [target])[0]
     others = corpus_like_sentences(24, seed=11)
@@ -337,3 +338,27 @@ def test_loading_weights_does_not_import_sympy(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_a_bilm_runs_one_way_and_with_settings_gives_another_over_the_same_weights():
+    """How a BiLM runs is fixed when it is made: no setter changes it under a caller; another BiLM
+    over the same weights runs another way, with kernels, caches and carried state of its own; a
+    pickled one keeps the precision asked for."""
+    import pickle
+
+    bilm = random_bilm()
+    for name, value in (("precision", "int8"), ("lstm_path", "step"), ("blocking", Blocking())):
+        with pytest.raises(AttributeError, match=rf"bilm = bilm.with_settings\({name}="):
+            setattr(bilm, name, value)
+    other = bilm.with_settings(precision="int8", lstm_path="step")
+    assert (other.precision, other.lstm_path, bilm.precision, bilm.lstm_path) == ("int8", "step", "fp32", "auto")
+    assert other.forward_layers[0].weight_ih is bilm.forward_layers[0].weight_ih, "the weights are shared"
+    assert other.token_cache is not bilm.token_cache and other.cuda_graphs is not bilm.cuda_graphs
+    reduced = embed_sentences(other, SENTENCES[:2], stateful=True)
+    assert other.carried_state is not None and bilm.carried_state is None
+    assert not np.array_equal(reduced[0], embed_sentences(bilm, SENTENCES[:1])[0])
+    again = pickle.loads(pickle.dumps(other))
+    np.testing.assert_array_equal(embed_sentences(again, SENTENCES[:1])[0], embed_sentences(other, SENTENCES[:1])[0])
+    assert again.precision == "int8"
+    with pytest.raises(ValueError, match="lstm_path must be one of auto, step, fused, got 'fast'"):
+        bilm.with_settings(lstm_path="fast")

@@ -335,10 +335,13 @@ def test_the_caches_are_bounded_in_bytes_by_their_settings(tiny_weights):
 
 
 def test_sentence_cache_follows_the_precision(tiny_weights):
+    from spacy_elmo.pipeline.bilm_layer import set_bilm
+
     nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
     text = "The cat sat on the mat."
     exact = nlp(text)._.elmo_data
-    nlp.get_pipe("elmo").bilm.precision = "int8"  # the biLM asked to run another way
+    elmo = nlp.get_pipe("elmo")
+    set_bilm(elmo.model, elmo.bilm.with_settings(precision="int8"))  # the biLM made to run another way
     reduced = nlp(text)._.elmo_data
     assert np.array_equal(reduced, make_nlp(tiny_weights, precision="int8")(text)._.elmo_data)
     assert not np.array_equal(reduced, exact), "int8 layers, not the fp32 ones cached before"

@@ -62,10 +62,10 @@ def _corpus_sentences(count):
 def test_the_triton_kernels_run_on_cuda_in_fp32_and_bf16():
     bilm = random_bilm().cuda()
     for precision in ("fp32", "bf16"):
-        bilm.precision = precision
+        bilm = bilm.with_settings(precision=precision)
         kernels = bilm.kernels_for_run()
         assert kernels.route is Route.TRITON and kernels.gpu.precision == precision
-    bilm.precision = "int8"
+    bilm = bilm.with_settings(precision="int8")
     kernels = bilm.kernels_for_run()
     assert kernels.gpu is None and kernels.route is Route.INT8  # int8 runs torch._int_mm
     assert kernels.int8 is quantized.INT8_KERNELS["int_mm"]
@@ -77,7 +77,7 @@ def test_a_sentence_gets_its_bits_alone_and_inside_64_and_1000(precision):
     for one sentence, 64 and 1,000 (which run at their own lane counts and token counts)."""
     torch.manual_seed(0)
     bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
-    bilm.precision = precision
+    bilm = bilm.with_settings(precision=precision)
     bilm.token_cache.capacity = 0
     sentences = _corpus_sentences(1000)
     alone = [embed_sentences(bilm, [sentence])[0] for sentence in sentences[:6]]
@@ -93,7 +93,7 @@ def test_a_graph_replays_the_bits_of_the_kernels_launched_one_by_one(precision):
     captured (the capture's own run answers), then replayed; every time the same bits."""
     torch.manual_seed(0)
     bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
-    bilm.precision = precision
+    bilm = bilm.with_settings(precision=precision)
     bilm.token_cache.capacity = 0
     corpus = _corpus_sentences(300)
     calls = [[s] for s in corpus[:5] + [["a"], SENTENCES[1]]] + [corpus[:64], corpus]
@@ -140,7 +140,7 @@ def test_stateful_calls_on_gpu_carry_the_state_as_on_cpu():
 def test_bitwise_identical_whatever_the_batch_on_gpu(path):
     torch.manual_seed(0)
     bilm = random_bilm().cuda()
-    bilm.lstm_path = path
+    bilm = bilm.with_settings(lstm_path=path)
     alone = embed_sentences(bilm, [SENTENCES[1]])[0]
     batch = [SENTENCES[0]] * 40 + [SENTENCES[1]] + [SENTENCES[0][:2]] * 300
     assert np.array_equal(embed_sentences(bilm, batch)[40], alone)

@@ -48,10 +48,8 @@ def cosines(a, b):
 
 def assert_close_to_fp32(bilm, sentences):
     """bf16 within 2% of the largest fp32 value and cosine >= 0.999 for every token of every layer."""
-    bilm.precision = "fp32"
-    exact = embed_sentences(bilm, sentences)
-    bilm.precision = "bf16"
-    reduced = embed_sentences(bilm, sentences)
+    exact = embed_sentences(bilm.with_settings(precision="fp32"), sentences)
+    reduced = embed_sentences(bilm.with_settings(precision="bf16"), sentences)
     for want, got in zip(exact, reduced):
         assert not np.array_equal(want, got), "bf16 should actually run in bf16"
         assert np.abs(want - got).max() <= 0.02 * np.abs(want).max()
@@ -60,11 +58,8 @@ def assert_close_to_fp32(bilm, sentences):
 
 def layer_errors(bilm, sentences, precision):
     """Per layer, over every token: (max |precision - fp32|, lowest cosine of a token's vectors)."""
-    bilm.precision = "fp32"
-    exact = np.concatenate(embed_sentences(bilm, sentences), axis=1)
-    bilm.precision = precision
-    reduced = np.concatenate(embed_sentences(bilm, sentences), axis=1)
-    bilm.precision = "fp32"
+    exact = np.concatenate(embed_sentences(bilm.with_settings(precision="fp32"), sentences), axis=1)
+    reduced = np.concatenate(embed_sentences(bilm.with_settings(precision=precision), sentences), axis=1)
     assert not np.array_equal(exact, reduced), f"{precision} should actually run in {precision}"
     return [(np.abs(want - got).max(), cosines(want, got).min()) for want, got in zip(exact, reduced)]
 
@@ -104,7 +99,7 @@ def test_results_do_not_depend_on_batch_companions(precision):
     token cache: the same bits."""
     torch.manual_seed(6)
     bilm = random_bilm("tiny")
-    bilm.precision = precision
+    bilm = bilm.with_settings(precision=precision)
     alone = [embed_sentences(bilm, [sentence])[0] for sentence in SENTENCES]
     words = [word for sentence in SENTENCES for word in sentence]
     rng = random.Random(3)
@@ -123,7 +118,7 @@ def test_int8_results_do_not_depend_on_batch_companions_at_original_size():
 
     torch.manual_seed(0)
     bilm = BiLM(BiLMConfig.preset("original")).eval()
-    bilm.precision = "int8"
+    bilm = bilm.with_settings(precision="int8")
     alone = embed_sentences(bilm, [SENTENCES[0]])[0]
     others = [SENTENCES[1][:length] for length in range(1, 10)] * 3
     np.testing.assert_array_equal(embed_sentences(bilm, others[:9] + [SENTENCES[0]] + others[9:])[9], alone)
@@ -131,13 +126,14 @@ def test_int8_results_do_not_depend_on_batch_companions_at_original_size():
 
 @pytest.mark.parametrize("precision", REDUCED)
 def test_switching_back_to_fp32_is_exact_again(precision):
+    """A biLM made to run in fp32 again from one that ran a reduced precision (and filled its token
+    cache with that precision's rows) gives exact fp32's bits."""
     torch.manual_seed(7)
     bilm = random_bilm("tiny")
     exact = embed_sentences(bilm, SENTENCES)
-    bilm.precision = precision
-    assert not np.array_equal(embed_sentences(bilm, SENTENCES)[0], exact[0])  # fills the token cache
-    bilm.precision = "fp32"
-    for want, got in zip(exact, embed_sentences(bilm, SENTENCES)):
+    reduced = bilm.with_settings(precision=precision)
+    assert not np.array_equal(embed_sentences(reduced, SENTENCES)[0], exact[0])  # fills its token cache
+    for want, got in zip(exact, embed_sentences(reduced.with_settings(precision="fp32"), SENTENCES)):
         np.testing.assert_array_equal(got, want)
 
 
@@ -145,7 +141,7 @@ def test_switching_back_to_fp32_is_exact_again(precision):
 def test_copies_follow_weights_changed_in_place(precision):
     torch.manual_seed(8)
     bilm, fresh = random_bilm("tiny"), random_bilm("tiny")
-    bilm.precision = fresh.precision = precision
+    bilm, fresh = bilm.with_settings(precision=precision), fresh.with_settings(precision=precision)
     embed_sentences(bilm, SENTENCES)  # caches bf16 or int8 copies of the old weights
     with torch.no_grad():
         for mine, theirs in zip(bilm.parameters(), fresh.parameters()):
@@ -158,10 +154,11 @@ def test_copies_follow_weights_changed_in_place(precision):
 def test_unknown_precision_and_fused_reduced_precision_are_refused(precision):
     bilm = random_bilm("tiny")
     with pytest.raises(ValueError, match="precision must be one of .*'int8'.*got 'int4'"):
-        bilm.precision = "int4"
-    bilm.precision, bilm.lstm_path = precision, "fused"
+        bilm.with_settings(precision="int4")
+    with pytest.raises(ValueError, match=f"{precision} runs the step loop"):  # when it is made, not at a call
+        bilm.with_settings(precision=precision, lstm_path="fused")
     with pytest.raises(ValueError, match=f"{precision} runs the step loop"):
-        embed_sentences(bilm, SENTENCES)
+        bilm.with_settings(precision=precision).with_settings(lstm_path="fused")
 
 
 @pytest.mark.parametrize("precision", REDUCED)
@@ -433,7 +430,7 @@ def test_int8_on_cuda_pads_to_the_shapes_cublas_takes():
 def test_int8_results_do_not_depend_on_batch_companions_on_cuda():
     torch.manual_seed(6)
     bilm = random_bilm("tiny").cuda()
-    bilm.precision = "int8"
+    bilm = bilm.with_settings(precision="int8")
     batch = SENTENCES + [SENTENCES[1][: 1 + k % 9] for k in range(40)]
     together = embed_sentences(bilm, batch)
     for sentence, layers in zip(SENTENCES, together):

@@ -139,7 +139,7 @@ def test_every_exact_int8_kernel_here_gives_the_same_layers():
     if len(kernels) < 2:
         pytest.skip("one exact int8 kernel on this machine, which has no int8 dot products (VNNI, AMX)")
     bilm, layers = random_bilm(), []
-    bilm.precision = "int8"
+    bilm = bilm.with_settings(precision="int8")
     chosen = bilm.kernels
     for kernel in kernels:
         bilm.kernels = dataclasses.replace(chosen, int8=kernel)
@@ -152,13 +152,12 @@ def test_every_exact_int8_kernel_here_gives_the_same_layers():
 def test_a_fallback_warns_once_naming_the_feature_and_the_alternative(simulated_cpu):
     simulated_cpu(AVX2)
     with pytest.warns(PrecisionFallback, match=r"'bf16' runs as exact 'fp32'.*avx512_bf16.*'fp32'"):
-        random_bilm().precision = "bf16"
+        random_bilm().with_settings(precision="bf16")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        bilm = random_bilm()
-        bilm.precision = "bf16"  # a second time: no warning
+        bilm = random_bilm().with_settings(precision="bf16")  # a second time: no warning
         assert bilm.precision == "fp32"
-        bilm.precision = "fp32"
+        bilm.with_settings(precision="fp32")
 
 
 def test_the_component_decides_at_initialize_and_on_load(simulated_cpu, tiny_weights, tmp_path):

@@ -15,6 +15,7 @@ autograd-friendly kernels, in pretraining and in its dev perplexity alike.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, cast
 
@@ -36,7 +37,7 @@ from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .gpu_graphs import CallGraphs
 from .lstm_layer import LayerState, LstmLayer, LstmState
-from .lstm_paths import LayerRunner, training_runner
+from .lstm_paths import PATHS, LayerRunner, refuse_fused, training_runner
 from .token_cache import TokenCache
 
 
@@ -64,14 +65,17 @@ class BiLMOutput:
 class BiLM(nn.Module):
     """The bidirectional language model. See the module docstring for the data flow.
 
-    Run-time settings (not saved with the weights):
+    How it runs is fixed for a BiLM object (not saved with the weights); ``with_settings`` gives
+    another BiLM over the same weights that runs another way, with its own kernels and caches:
+        precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see
+            ``precision``); reads back what runs, which is fp32 where the machine has no kernel for
+            the precision asked. ``kernels`` (``kernels.select``) are chosen once for it: at
+            ``with_settings``, at its first call for fp32, and again when its weights move to
+            another device.
         lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
             step loop), "step" or "fused" (unclipped models only).
         blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
-        precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see ``precision``);
-            reads back what runs, which is fp32 where the machine has no kernel for the precision
-            asked. Setting it selects ``kernels`` (``kernels.select``).
-        kernels: what the matmuls run (``Kernels``; None before a precision is set: fp32's).
+    Its own state:
         token_cache: token representations by token string (``TokenCache``); valid for word
             embeddings too, since a token's word id is a function of its string.
         carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
@@ -90,11 +94,12 @@ class BiLM(nn.Module):
         self.forward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.backward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.lm_head = LMHead(config.vocab_size, proj) if config.vocab_size else None
-        self.lstm_path = "auto"
-        self.blocking: Optional[Blocking] = None
+        self._lstm_path = "auto"
+        self._blocking: Optional[Blocking] = None
         self.token_cache = TokenCache()
         self.carried_state: Optional[LstmState] = None
         self.kernels: Optional[Kernels] = None
+        self._requested = "fp32"  # the precision asked for: its kernels are chosen again after unpickling
         self.cuda_graphs: Optional[CallGraphs] = CallGraphs()
 
     @property
@@ -108,27 +113,78 @@ class BiLM(nn.Module):
 
     @precision.setter
     def precision(self, value: str) -> None:
-        """Asks for ``value``: what runs is selected once for this model on this device, from what
-        the machine is (``kernels.select``), with one warning where it falls back or is no faster
-        than fp32 here (``kernels.advice``). The kernels then run once on two short sentences, so
-        that their probes and weight copies are made now and not in the first call."""
-        check_precision(value)
-        current = self.kernels
-        if current is not None and current.choice.requested == value and current.device == self.device:
-            return
-        kernels = select(self.device, value)
+        _refuse_setting("precision", value)
+
+    @property
+    def lstm_path(self) -> str:
+        """The LSTM path asked for ("auto", "step" or "fused")."""
+        return self._lstm_path
+
+    @lstm_path.setter
+    def lstm_path(self, value: str) -> None:
+        _refuse_setting("lstm_path", value)
+
+    @property
+    def blocking(self) -> Optional[Blocking]:
+        """The fixed shapes of batch-invariant inference (None: the device's)."""
+        return self._blocking
+
+    @blocking.setter
+    def blocking(self, value: Optional[Blocking]) -> None:
+        _refuse_setting("blocking", value)
+
+    def with_settings(
+        self, precision: Optional[str] = None, lstm_path: Optional[str] = None, blocking: Optional[Blocking] = None
+    ) -> "BiLM":
+        """This biLM's weights (shared, not copied) run another way: ``precision``, ``lstm_path``,
+        ``blocking`` where given, else as this one runs, with a token cache of the same bounds,
+        CUDA graphs and carried state of its own. Where a precision is given, what runs is selected
+        for it on this device from what the machine is (``kernels.select``), with one warning
+        where it falls back or is no faster than fp32 here (``kernels.advice``), and the kernels
+        run once on two short sentences, so that their probes and weight copies are made now and
+        not in the first call."""
+        if precision is not None:
+            check_precision(precision)
+        if lstm_path is not None and lstm_path not in PATHS:
+            raise ValueError(f"lstm_path must be one of {', '.join(PATHS)}, got {lstm_path!r}.")
+        view = copy.copy(self)  # __getstate__: the same modules and parameters, no kernels
+        view.kernels = self.kernels
+        view.token_cache = TokenCache(self.token_cache.capacity, self.token_cache.max_bytes)
+        view.carried_state = None
+        view.cuda_graphs = CallGraphs(self.cuda_graphs.most, self.cuda_graphs.most_bytes) if self.cuda_graphs else None
+        view._lstm_path = lstm_path or self._lstm_path
+        view._blocking = blocking or self._blocking
+        if precision is not None:
+            view._choose_kernels(precision, warm=False)
+        if view._lstm_path == "fused" and view.kernels is not None:
+            refuse_fused(view.config, view.kernels, stateful=False)
+        if precision is not None:
+            view._run_kernels_once()
+        return view
+
+    def _choose_kernels(self, precision: str, warm: bool) -> None:
+        kernels = select(self.device, precision)
+        self._requested = precision
         if kernels.runs == "int8":
             check_int8_fits(self)
         advice.announce(kernels, self.config.kernel_shapes())
-        if current is None or (current.runs, current.int8) != (kernels.runs, kernels.int8):
-            self.token_cache.clear()  # its rows were computed another way
         self.kernels = kernels
-        self._run_kernels_once()
+        self.token_cache.clear()  # rows computed by other kernels, or on another device
+        if warm:
+            self._run_kernels_once()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "BiLM":
+        """torch moves or converts the weights (``.to``, ``.cuda``): the kernels are chosen again
+        for the device they are on now."""
+        moved = super()._apply(fn, recurse)
+        if self.kernels is not None and self.kernels.device != self.device:
+            self._choose_kernels(self._requested, warm=False)
+        return moved
 
     def __getstate__(self) -> Dict[str, Any]:
-        """Pickled (into a spawned worker, say) without its kernels: the process that unpickles it
-        may run on another machine, so they are selected again there when a precision is set (the
-        elmo component sets it when it is unpickled)."""
+        """Pickled (into a spawned worker, say) without its kernels, with the precision asked for:
+        the process that unpickles it may run on another machine, so they are selected again there,
+        at its first call."""
         state = dict(self.__dict__)
         state.update(kernels=None)
         return state
@@ -139,12 +195,14 @@ class BiLM(nn.Module):
         return self.kernels.choice if self.kernels is not None else None
 
     def kernels_for_run(self) -> Kernels:
-        """The kernels of this call: ``kernels`` on ``blocking``'s sizes where one is set (fp32's
-        before a precision is set; selected again if the model moved to another device)."""
-        kernels = self.kernels
-        if kernels is None or kernels.device != self.device:
-            kernels = self.kernels = select(self.device, kernels.choice.requested if kernels is not None else "fp32")
-        return kernels.with_blocking(self.blocking)
+        """The kernels of this call: ``kernels`` on ``blocking``'s sizes where one is set; chosen at
+        the first call where none were chosen before (fp32's, or after unpickling the precision's
+        asked for); chosen again where another BiLM over the same weights moved them to another
+        device."""
+        if self.kernels is None or self.kernels.device != self.device:
+            self._choose_kernels(self._requested, warm=False)
+        assert self.kernels is not None  # chosen just now where there were none
+        return self.kernels.with_blocking(self._blocking)
 
     def backend_for_run(self) -> Backend:
         """How this call computes (``backends``): over ``kernels_for_run``."""
@@ -229,7 +287,7 @@ class BiLM(nn.Module):
         """
         _check_lengths(tokens, lengths)
         with torch.no_grad(), ieee_fp32(tokens.device):
-            return self.backend_for_run().contextualize(self, tokens, lengths, initial_state, path or self.lstm_path)
+            return self.backend_for_run().contextualize(self, tokens, lengths, initial_state, path or self._lstm_path)
 
     def contextualize_for_training(self, tokens: Tensor, lengths: Sequence[int]) -> Tensor:
         """Training (and its evaluation): the differentiable path, with dropout in train mode and
@@ -321,3 +379,10 @@ def _check_lengths(tokens: Tensor, lengths: Sequence[int]) -> None:
 
 def _prefix_mask(lengths: Tensor, width: int) -> Tensor:
     return torch.arange(width, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def _refuse_setting(name: str, value: Any) -> None:
+    raise AttributeError(
+        f"A BiLM's {name} is fixed when it is made: bilm = bilm.with_settings({name}={value!r}) gives a BiLM over "
+        "the same weights that runs that way (its own kernels and caches)."
+    )

@@ -29,15 +29,8 @@ def inference_runner(
     if path not in PATHS:
         raise ValueError(f"The LSTM path must be 'auto', 'step' or 'fused', got {path!r}.")
     clipped = config.is_clipped
-    if path == "fused" and (clipped or stateful or not kernels.exact):
-        reason = (
-            "the model clips its cells or projections"
-            if clipped
-            else "stateful runs need the step loop"
-            if stateful
-            else f"{kernels.runs} runs the step loop"
-        )
-        raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
+    if path == "fused":
+        refuse_fused(config, kernels, stateful)
     if path == "fused" or (path == "auto" and not (clipped or stateful) and kernels.fused_when_auto):
         blocking = kernels.blocking
         proj = config.projection_dim  # every layer's input is the P-wide output of the one below
@@ -50,6 +43,20 @@ def inference_runner(
     return lambda layer, x, direction, start: step_loop.run_step_loop(
         layer, x, plan, direction, start, kernels, scratch
     )
+
+
+def refuse_fused(config: BiLMConfig, kernels: Kernels, stateful: bool) -> None:
+    """Raise ValueError where torch's fused LSTM kernel cannot run a call: a clipped model, a
+    stateful call, or kernels other than exact fp32."""
+    if config.is_clipped or stateful or not kernels.exact:
+        reason = (
+            "the model clips its cells or projections"
+            if config.is_clipped
+            else "stateful runs need the step loop"
+            if stateful
+            else f"{kernels.runs} runs the step loop"
+        )
+        raise ValueError(f"The fused LSTM path cannot run this call: {reason}. Use path='step'.")
 
 
 def training_runner(lengths: List[int], device: torch.device) -> LayerRunner:

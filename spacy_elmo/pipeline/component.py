@@ -385,9 +385,10 @@ class Elmo(TrainablePipe):
         """Decide what runs with the weights now in the model: the kernels for the precision
         (by what this machine is, ``kernels.select``: its kernel, fp32 with a warning, or refused), the token
         cache's bound and the default mix (layer_weights checked against the layers)."""
-        bilm, settings = self.bilm, self.settings
-        bilm.precision = settings.precision
+        settings = self.settings
+        bilm = self.bilm.with_settings(precision=settings.precision)
         bilm.token_cache.max_bytes = settings.token_cache_bytes
+        set_bilm(self.model, bilm)
         n_layers = bilm.config.n_output_layers
         self._mix = MixSettings.for_layers(
             n_layers, settings.layer_weights, settings.gamma, settings.pooling, settings.layer_norm
