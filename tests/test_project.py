@@ -3,10 +3,12 @@ the tiny preset, a few steps), in English and in Bulgarian, in a copy of the pro
 checkout stays clean."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import spacy
@@ -36,11 +38,16 @@ def copy_project(tmp_path) -> Path:
     return project
 
 
-def run_project(project: Path, command: str, *overrides: str) -> subprocess.CompletedProcess:
+def run_project(
+    project: Path, command: str, *overrides: str, temp: Optional[Path] = None
+) -> subprocess.CompletedProcess:
+    """``spacy project run COMMAND`` in ``project``; with ``temp``, its temporary files go there."""
+    env = {**os.environ, "TMPDIR": str(temp)} if temp is not None else None
     return subprocess.run(
         [sys.executable, "-m", "spacy", "project", "run", command, str(project), *overrides],
         capture_output=True,
         text=True,
+        env=env,
     )
 
 
@@ -70,9 +77,11 @@ def test_the_workflow_trains_the_sweeps_best_candidate_on_the_clock():
 
 @pytest.mark.slow
 def test_workflow_all_on_a_tiny_configuration(tmp_path):
-    project = copy_project(tmp_path)
-    result = run_project(project, "all", *TINY)
+    project, temp = copy_project(tmp_path), tmp_path / "temp"
+    temp.mkdir()
+    result = run_project(project, "all", *TINY, temp=temp)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not list(temp.glob("elmo-demo-*")), "the demo removes the wheel it installed for itself"
 
     manifest = json.loads((project / "corpus" / "manifest.json").read_text())
     assert all(manifest["splits"][split]["sentences"] > 0 for split in ("train", "dev", "test"))

@@ -5,7 +5,7 @@ state of a stack of them. The runners (``step_loop``, ``fused_lstm``, ``lstm_tra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +44,26 @@ class LstmLayer(nn.Module):
     @property
     def is_clipped(self) -> bool:
         return self.cell_clip is not None or self.proj_clip is not None
+
+    def cell(
+        self, i: Tensor, f: Tensor, g: Tensor, o: Tensor, c: Tensor, tanh: Callable[[Tensor], Tensor]
+    ) -> Tuple[Tensor, Tensor]:
+        """The LSTM cell, written once for every runner (the Triton kernels restate it in their own
+        code): the activated gates i, f, o (sigmoid) and g (tanh), each (G, H), and the cell state
+        c (G, H) -> the new cell state f c + i g, clipped to +-cell_clip where the layer clips, and
+        the hidden state o tanh(c) before the projection, each (G, H). ``tanh``: the runner's own
+        (the exact step loop runs it on whole contiguous rows, for bits that do not depend on the
+        lane)."""
+        c = f * c + i * g
+        if self.cell_clip is not None:
+            c = c.clamp(-self.cell_clip, self.cell_clip)
+        return c, o * tanh(c)
+
+    def project(self, hidden: Tensor, times_weight: Callable[[Tensor], Tensor]) -> Tensor:
+        """hidden (G, H) -> h (G, P): ``times_weight(hidden)``, the runner's product with
+        ``weight_hr`` transposed, clipped to +-proj_clip where the layer clips."""
+        h = times_weight(hidden)
+        return h.clamp(-self.proj_clip, self.proj_clip) if self.proj_clip is not None else h
 
     def reset_parameters(self) -> None:
         bound = self.cells**-0.5

@@ -73,11 +73,9 @@ def _autograd_step_loop(layer: LstmLayer, x_time: Tensor, batch_sizes: List[int]
     for step_inputs, active in zip(inputs, batch_sizes):
         gates = torch.addmm(step_inputs, h[:active], layer.weight_hh.t())
         i, f, g, o = gates.split(cells, dim=1)
-        c = torch.sigmoid(f) * c[:active] + torch.sigmoid(i) * torch.tanh(g)
-        if layer.cell_clip is not None:
-            c = c.clamp(-layer.cell_clip, layer.cell_clip)
-        h = (torch.sigmoid(o) * torch.tanh(c)) @ layer.weight_hr.t()
-        if layer.proj_clip is not None:
-            h = h.clamp(-layer.proj_clip, layer.proj_clip)
+        c, hidden = layer.cell(
+            torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o), c[:active], torch.tanh
+        )
+        h = layer.project(hidden, lambda x: x @ layer.weight_hr.t())
         outputs.append(h)
     return torch.cat(outputs)

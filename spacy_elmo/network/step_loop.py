@@ -98,12 +98,10 @@ def run_step_loop(
             tokens = table[step, lanes]
             gates = matmuls.recurrent(h[first : first + rows])[:count].add_(inputs[taken : taken + count])
             taken += count
-            hidden = _cell_update(gates, c[lanes], layer.cell_clip)
+            c[lanes], hidden = _cell_update(layer, gates, c[lanes])
             if count < rows:
                 hidden = torch.cat([hidden, hidden.new_zeros(rows - count, hidden.shape[1])])
-            h[lanes] = matmuls.project(hidden)[:count]
-            if layer.proj_clip is not None:
-                h[lanes].clamp_(-layer.proj_clip, layer.proj_clip)
+            h[lanes] = layer.project(hidden, matmuls.project)[:count]
             out[tokens] = h[lanes]
         if final is not None:
             for lane, sentence in plan.ends.get(step, ()):
@@ -112,21 +110,18 @@ def run_step_loop(
     return out[:-1], final
 
 
-def _cell_update(gates: Tensor, c: Tensor, cell_clip: Optional[float]) -> Tensor:
-    """gates (G, 4H) in order i, f, g, o, contiguous -> updates c (G, H) in place and returns
-    hidden (G, H).
+def _cell_update(layer: LstmLayer, gates: Tensor, c: Tensor) -> Tuple[Tensor, Tensor]:
+    """gates (G, 4H) in order i, f, g, o, contiguous, and c (G, H) -> the layer's cell
+    (``LstmLayer.cell``): the new c and the hidden state, each (G, H).
 
-    One sigmoid runs over all four gates, the cell input's as tanh(x) = 2 sigmoid(2x) - 1: so the
-    transcendental functions only ever see whole contiguous rows, wherever a lane sits, and the
-    rest (x2, -1, products, sums, clipping) are IEEE operations that round alike everywhere."""
+    One sigmoid runs over all four gates, the cell input's as tanh(x) = 2 sigmoid(2x) - 1, and tanh
+    over whole rows of c: so the transcendental functions only ever see whole contiguous rows,
+    wherever a lane sits, and the rest (x2, -1, products, sums, clipping) are IEEE operations that
+    round alike everywhere. ``gates`` is overwritten."""
     cells = c.shape[1]
     cell_input = gates[:, 2 * cells : 3 * cells]
     cell_input.mul_(2)
     elementwise_(Tensor.sigmoid_, gates)
     cell_input.mul_(2).sub_(1)
-    c.mul_(gates[:, cells : 2 * cells])
-    c.add_(gates[:, :cells] * cell_input)
-    if cell_clip is not None:
-        c.clamp_(-cell_clip, cell_clip)
-    hidden = elementwise_(Tensor.tanh_, c.clone())  # c: whole rows, contiguous
-    return hidden.mul_(gates[:, 3 * cells :])
+    i, f, o = gates[:, :cells], gates[:, cells : 2 * cells], gates[:, 3 * cells :]
+    return layer.cell(i, f, cell_input, o, c, lambda state: elementwise_(Tensor.tanh_, state.clone()))

@@ -20,7 +20,9 @@ reference text are shown in two of their contexts, and there are no sentence pai
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,6 +51,7 @@ def load_packaged(packages: Path, name: str):
     if not wheels:
         raise SystemExit(f"No wheel for {name} under {packages}: run the package step first.")
     target = tempfile.mkdtemp(prefix="elmo-demo-")
+    atexit.register(shutil.rmtree, target, True)  # imported from there until the process ends
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, str(wheels[-1])], check=True
     )
