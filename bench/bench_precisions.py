@@ -2,14 +2,14 @@
 against exact fp32, in one process, on full-size weights, one sentence and 64 sentences of real
 text; what each ran, the warning its load gave, and what each load cost.
 
-    python bench/bench_plan.py                # this CPU as it is
-    python bench/bench_plan.py --cap AVX2     # with the kernels capped as on an AVX2-only CPU
+    python bench/bench_precisions.py                # this CPU as it is
+    python bench/bench_precisions.py --cap AVX2     # with the kernels capped as on an AVX2-only CPU
 
 A precision runs what the machine's features and probes select, or falls back to fp32 with one
 warning; a precision the rule (or a kept `info --machine` measurement) knows to be no faster than
 fp32 warns once. Each load starts from an empty user cache. Each configuration is timed in turn on
 the same docs, alternating, 5 rounds after a warm-up: median words/s. Writes
-bench/results/plan-cpu[-LABEL][-capped-CAP].json and the section of BENCHMARKS.md, with the CPU named
+bench/results/precisions-cpu[-LABEL][-capped-CAP].json and the section of BENCHMARKS.md, with the CPU named
 (``--label zen3``: this machine's results beside another CPU's).
 """
 
@@ -99,7 +99,7 @@ def write_outputs(report: dict) -> None:
     from spacy_elmo.files import atomic_write_json
 
     cap, label = report["capped"], report.get("label")
-    name = result_name("plan-cpu", label, cap)
+    name = result_name("precisions-cpu", label, cap)
     RESULTS.mkdir(parents=True, exist_ok=True)
     atomic_write_json(RESULTS / f"{name}.json", report)
     title = f"capped at {cap}, simulating a lesser CPU's kernels" if cap else "uncapped"
@@ -110,7 +110,7 @@ def write_outputs(report: dict) -> None:
         f"Machine: {report['machine']}. Full-size random weights (93.6M parameters, the peer's, converted), the "
         "`elmo` component alone, token cache off; fp32, bf16 and int8 pipelines in one process, timed in turn on the "
         f"same docs, median of {ROUNDS} rounds after a warm-up; each load from an empty user cache. Command: "
-        f"`python bench/bench_plan.py{' --cap ' + cap if cap else ''}{' --label ' + label if label else ''}`.",
+        f"`python bench/bench_precisions.py{' --cap ' + cap if cap else ''}{' --label ' + label if label else ''}`.",
         "",
         "| workload | precision | runs (kernel) | words/s | x fp32 | warning at load |",
         "|---|---|---|---:|---:|---|",
@@ -122,7 +122,7 @@ def write_outputs(report: dict) -> None:
             f"**{r['x_fp32']:.2f}x** | {warned} |"
         )
     lines.append("")
-    write_section(f"bench_plan:{name.removeprefix('plan-')}", lines)
+    write_section(f"bench_precisions:{name.removeprefix('precisions-')}", lines)
 
 
 def main() -> None:
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--weights", default=str(ROOT / "bench" / "out" / "peer-full-bilm"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--cap", choices=sorted(SIMULATED_CPUS))
-    parser.add_argument("--label", help="this machine's results under their own name (plan-cpu-LABEL), e.g. zen3")
+    parser.add_argument("--label", help="this machine's results under their own name (precisions-cpu-LABEL), e.g. zen3")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not (Path(args.weights) / "model.safetensors").is_file():
