@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import spacy
-from conftest import make_nlp
+from conftest import make_nlp, random_bilm
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import embed_sentences, install_vector_hooks, load_bilm, save_bilm
@@ -345,6 +345,17 @@ def test_sentence_cache_follows_the_precision(tiny_weights):
     reduced = nlp(text)._.elmo_data
     assert np.array_equal(reduced, make_nlp(tiny_weights, precision="int8")(text)._.elmo_data)
     assert not np.array_equal(reduced, exact), "int8 layers, not the fp32 ones cached before"
+
+
+def test_the_sentence_cache_hands_out_layers_only_in_the_dtype_they_were_kept_in():
+    """On a GPU float16 layers arrive rounded; a float32 call (fit_centering's) must not get them."""
+    from spacy_elmo.pipeline.sentence_cache import SentenceCache
+
+    bilm, sentence = random_bilm(), ("The", "cat")
+    cache = SentenceCache(capacity=100).for_model(bilm, np.float16)
+    cache.put(sentence, np.zeros((3, 2, 8), dtype=np.float16))
+    assert cache.for_model(bilm, np.float16).get(sentence) is not None
+    assert cache.for_model(bilm, np.float32).get(sentence) is None
 
 
 def test_each_batch_is_queued_before_the_one_before_is_waited_for(tiny_weights, monkeypatch):

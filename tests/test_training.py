@@ -131,12 +131,12 @@ def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_pa
 def test_dev_perplexity_runs_the_path_training_runs(corpus, tmp_path, monkeypatch):
     """Evaluation computes the loss that training computes: the differentiable path, never the
     inference kernels (which the caller would have to name)."""
-    from spacy_elmo.network import backends
+    from spacy_elmo.network.bilm import BiLM
 
     def refuse(*args, **kwargs):
         raise AssertionError("pretraining or its dev perplexity ran the inference kernels")
 
-    monkeypatch.setattr(backends, "inference_runner", refuse)
+    monkeypatch.setattr(BiLM, "backend_for_run", refuse)  # every inference call goes through it
     state = train(config(corpus, max_steps=2, eval_every=1), tmp_path / "run")
     assert [line["dev_ppl"] for line in log_lines(tmp_path / "run") if "dev_ppl" in line] and state.final_dev > 0
 
@@ -415,7 +415,8 @@ def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path
         codes = [node.wait(timeout=300) for node in nodes]
     finally:
         for node in nodes:
-            node.kill() if node.poll() is None else None
+            if node.poll() is None:
+                node.kill()
     assert codes == [0, 0], "".join(log.read_text()[-2000:] for log in logs)
     assert losses(tmp_path / "two-nodes") == losses(tmp_path / "one-node")
     one, two = load_bilm(tmp_path / "one-node" / "bilm"), load_bilm(tmp_path / "two-nodes" / "bilm")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -64,7 +64,7 @@ class KernelChoice:
 @dataclass(frozen=True)
 class Kernels:
     """The matmul entry points of one loaded model on one device, one subclass per ``Route``
-    (``select`` makes the one for the machine and the precision; ``kernels_for`` by route).
+    (``select`` makes the one for the machine and the precision).
 
     choice: what runs and why. blocking: the fixed sizes of the step loop and char encoder.
     int8: the int8 kernel (``Int8Sums``). gpu: the Triton kernels (``TritonKernels``).
@@ -237,20 +237,3 @@ class TritonKernels(Kernels):
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         return self.ops.linear(x, weight)
-
-
-BY_ROUTE: Dict[Route, Type[Kernels]] = {
-    kind.route: kind for kind in (OneDnnAnyRows, OneDnnFixedRows, FixedShapes, Int8Sums, TritonKernels)
-}
-
-
-def kernels_for(
-    route: Route,
-    device: torch.device,
-    choice: KernelChoice,
-    blocking: Blocking,
-    int8: Optional[Int8Kernel] = None,
-    gpu: Optional[TritonOps] = None,
-) -> Kernels:
-    """The kernels of ``route`` (one class each)."""
-    return BY_ROUTE[route](device, choice, blocking, int8, gpu)

@@ -26,13 +26,13 @@ On a CUDA GPU fp32 and bf16 run the Triton kernels (``triton_ops``) where Triton
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Type
 
 import torch
 
 from . import machine, onednn, quantized, triton_ops
 from .batch_invariant import Blocking
-from .kernel_set import KernelChoice, Kernels, Route, kernels_for
+from .kernel_set import FixedShapes, Int8Sums, KernelChoice, Kernels, OneDnnAnyRows, OneDnnFixedRows, TritonKernels
 from .precision import check_precision
 
 BF16_FEATURES = ("amx_bf16", "avx512_bf16")
@@ -47,14 +47,15 @@ def select(device: torch.device, precision: str, blocking: Optional[Blocking] = 
     thread count and settings), on ``blocking``'s fixed sizes (default: the device's)."""
     check_precision(precision)
     if device.type == "cuda":
-        choice, route, int8 = _on_cuda(precision)
+        choice, kind, int8 = _on_cuda(precision)
     else:
-        choice, route, int8 = _on_cpu(precision, machine.cpu_features())
-    gpu = triton_ops.for_device(device, choice.runs) if route is Route.TRITON else None
-    return kernels_for(route, device, choice, blocking or Blocking.for_device(device), int8, gpu)
+        choice, kind, int8 = _on_cpu(precision, machine.cpu_features())
+    gpu = triton_ops.for_device(device, choice.runs) if kind is TritonKernels else None
+    return kind(device, choice, blocking or Blocking.for_device(device), int8, gpu)
 
 
-Decision = Tuple[KernelChoice, Route, Optional[quantized.Int8Kernel]]
+# what runs, in words; the class of kernels that runs it; its int8 kernel, for int8
+Decision = Tuple[KernelChoice, Type[Kernels], Optional[quantized.Int8Kernel]]
 
 
 def _on_cpu(precision: str, features: frozenset) -> Decision:
@@ -67,15 +68,16 @@ def _on_cpu(precision: str, features: frozenset) -> Decision:
 
 def _fp32_on_cpu(features: frozenset, requested: str = "fp32", why_not: Optional[str] = None) -> Decision:
     vector = tuple(name for name in ("avx512f", "avx2") if name in features)[:1]
+    kind: Type[Kernels]
     if onednn.available(torch.device("cpu")):
-        kernel, route = "oneDNN fp32, any row count", Route.ONEDNN_ANY_ROWS
+        kernel, kind = "oneDNN fp32, any row count", OneDnnAnyRows
         reason = "exact; oneDNN's rows were probed independent of the row count on this CPU"
     else:
-        kernel, route = "MKL fp32 on fixed shapes", Route.FIXED_SHAPES
+        kernel, kind = "MKL fp32 on fixed shapes", FixedShapes
         reason = "exact; oneDNN's row-count probe failed here"
     if why_not is not None:
         kernel, reason, vector = "exact fp32 in its place", why_not, ()
-    return KernelChoice(requested, "fp32", kernel, reason, vector), route, None
+    return KernelChoice(requested, "fp32", kernel, reason, vector), kind, None
 
 
 def _bf16_on_cpu(features: frozenset) -> Decision:
@@ -91,15 +93,16 @@ def _bf16_on_cpu(features: frozenset) -> Decision:
     if not onednn.bf16_runs():
         why = f"this torch's oneDNN bf16 linear did not run on this CPU ({', '.join(present)})."
         return _fp32_on_cpu(features, "bf16", why)
+    kind: Type[Kernels]
     if onednn.available(torch.device("cpu"), "bf16"):
-        kernel, route = "oneDNN bf16, any row count", Route.ONEDNN_ANY_ROWS
+        kernel, kind = "oneDNN bf16, any row count", OneDnnAnyRows
         why = "rows probed independent of the row count on this CPU"
     else:
         kernel = "oneDNN bf16 on fixed shapes"
-        route = Route.ONEDNN_FIXED_ROWS if onednn.available(torch.device("cpu")) else Route.FIXED_SHAPES
+        kind = OneDnnFixedRows if onednn.available(torch.device("cpu")) else FixedShapes
         why = "its kernels change with the row count here (AMX tiles), so calls keep a fixed 32-row shape"
     reason = f"bfloat16 dot products, fp32 accumulation; {why}"
-    return KernelChoice("bf16", "bf16", kernel, reason, present), route, None
+    return KernelChoice("bf16", "bf16", kernel, reason, present), kind, None
 
 
 def _int8_on_cpu(features: frozenset) -> Decision:
@@ -115,30 +118,30 @@ def _int8_on_cpu(features: frozenset) -> Decision:
             "so int8's exact sums run through fp32 GEMMs: int8's numbers, no faster than fp32."
         )
     reason = "exact integer sums: the same bits as every other int8 kernel"
-    return KernelChoice("int8", "int8", kernel.title, reason, present, slower), Route.INT8, kernel
+    return KernelChoice("int8", "int8", kernel.title, reason, present, slower), Int8Sums, kernel
 
 
 def _on_cuda(precision: str) -> Decision:
     if precision == "int8":
         int_mm = quantized.INT8_KERNELS["int_mm"]
-        return KernelChoice("int8", "int8", "torch._int_mm (cuBLASLt)", "exact integer sums"), Route.INT8, int_mm
+        return KernelChoice("int8", "int8", "torch._int_mm (cuBLASLt)", "exact integer sums"), Int8Sums, int_mm
     triton = triton_ops.triton_available()
-    route = Route.TRITON if triton else Route.FIXED_SHAPES
+    kind = TritonKernels if triton else FixedShapes
     if precision == "bf16":
         if not torch.cuda.is_bf16_supported():
             why = "this GPU has no bfloat16 arithmetic (compute capability 8.0 or later has)."
             return _fp32_on_cuda(triton, "bf16", why)
         name = "Triton bf16 (tensor cores, fp32 sums)" if triton else "cuBLAS bf16 (tensor cores)"
-        return KernelChoice("bf16", "bf16", name, "this GPU computes in bfloat16"), route, None
+        return KernelChoice("bf16", "bf16", name, "this GPU computes in bfloat16"), kind, None
     return _fp32_on_cuda(triton)
 
 
 def _fp32_on_cuda(triton: bool, requested: str = "fp32", why_not: Optional[str] = None) -> Decision:
-    route = Route.TRITON if triton else Route.FIXED_SHAPES
+    kind = TritonKernels if triton else FixedShapes
     kernel = "Triton fp32 (IEEE, fixed tiles)" if triton else "torch on cuda (fixed shapes)"
     if why_not is not None:
-        return KernelChoice(requested, "fp32", "exact fp32 in its place", why_not), route, None
-    return KernelChoice("fp32", "fp32", kernel, "exact; the default"), route, None
+        return KernelChoice(requested, "fp32", "exact fp32 in its place", why_not), kind, None
+    return KernelChoice("fp32", "fp32", kernel, "exact; the default"), kind, None
 
 
 def check_int8_fits(model: torch.nn.Module) -> None:

@@ -37,7 +37,7 @@ from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
 from .gpu_graphs import CallGraphs
 from .lstm_layer import LayerState, LstmLayer, LstmState
-from .lstm_paths import PATHS, LayerRunner, refuse_fused, training_runner
+from .lstm_paths import LayerRunner, check_path, refuse_fused, training_runner
 from .token_cache import TokenCache
 
 
@@ -145,8 +145,8 @@ class BiLM(nn.Module):
         not in the first call."""
         if precision is not None:
             check_precision(precision)
-        if lstm_path is not None and lstm_path not in PATHS:
-            raise ValueError(f"lstm_path must be one of {', '.join(PATHS)}, got {lstm_path!r}.")
+        if lstm_path is not None:
+            check_path(lstm_path)
         view = copy.copy(self)  # __getstate__: the same modules and parameters, no kernels
         view.kernels = self.kernels
         view.token_cache = TokenCache(self.token_cache.capacity, self.token_cache.max_bytes)

@@ -26,8 +26,7 @@ def inference_runner(
 ) -> LayerRunner:
     """The batch-invariant runner for one call's LSTM layers (see ``LayerRunner``): ``path``
     "auto", "step" or "fused"; ``stateful``: the call starts from a given state."""
-    if path not in PATHS:
-        raise ValueError(f"The LSTM path must be 'auto', 'step' or 'fused', got {path!r}.")
+    check_path(path)
     clipped = config.is_clipped
     if path == "fused":
         refuse_fused(config, kernels, stateful)
@@ -43,6 +42,12 @@ def inference_runner(
     return lambda layer, x, direction, start: step_loop.run_step_loop(
         layer, x, plan, direction, start, kernels, scratch
     )
+
+
+def check_path(path: str) -> None:
+    """Raise ValueError unless ``path`` is one of ``PATHS``."""
+    if path not in PATHS:
+        raise ValueError(f"lstm_path must be one of {', '.join(PATHS)}, got {path!r}.")
 
 
 def refuse_fused(config: BiLMConfig, kernels: Kernels, stateful: bool) -> None:

@@ -219,7 +219,7 @@ class Elmo(TrainablePipe):
     def predict(self, docs: Iterable[Doc]) -> List[np.ndarray]:
         """All layers of every token: one array (L+1, len(doc), 2P) per doc, in the dtype the doc
         keeps them in (float16 with store "layers", store_dtype "float16" and no vector hooks;
-        float32 otherwise), views of one buffer for the docs of the call (``sentence_runs``)."""
+        float32 otherwise)."""
         storage = self.settings.storage
         return self._layers(docs, storage.layers_dtype(with_tensor=self.settings.set_vector_hooks))
 
@@ -232,7 +232,7 @@ class Elmo(TrainablePipe):
             return doc_layers(
                 self.model,
                 docs,
-                self._sentences.for_model(self.bilm),
+                self._sentences.for_model(self.bilm, dtype),
                 shape=(config.n_output_layers, config.output_dim),
                 dtype=dtype,
                 max_sentence_length=self.settings.max_sentence_length,

@@ -25,7 +25,7 @@ class SentenceCache:
         self._entries: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
         self._tokens = 0
         self.nbytes = 0
-        self._owner: Optional[Tuple[int, str]] = None
+        self._owner: Optional[Tuple[int, str, str]] = None
 
     def __getstate__(self) -> dict:
         """Its bounds, not its lock or its entries: a copy (pickled into another process) starts empty."""
@@ -34,9 +34,11 @@ class SentenceCache:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["capacity"], state.get("max_bytes"))  # type: ignore[misc]
 
-    def for_model(self, bilm: BiLM) -> "SentenceCache":
-        """This cache, emptied first unless its layers came from ``bilm`` in its current precision."""
-        owner = (id(bilm), bilm.precision)
+    def for_model(self, bilm: BiLM, dtype: type = np.float32) -> "SentenceCache":
+        """This cache, emptied first unless its layers came from ``bilm`` in its current precision,
+        handed out as ``dtype`` (on a GPU, float16 layers arrive already rounded: a float32 call must
+        not be handed those)."""
+        owner = (id(bilm), bilm.precision, np.dtype(dtype).name)
         with self._lock:
             if owner != self._owner:
                 self._entries.clear()
