@@ -47,7 +47,7 @@ NOTES = [
     "since 3.8.8, thinc since 8.3.7 and blis 1.3 ship no wheels for it, and their source builds need Python 3.10).",
     "- **torch 2.5 to 2.9** pass, but oneDNN's fp32 probe fails there, so exact "
     "fp32 runs MKL on fixed shapes: more skipped tests (those of oneDNN's path), and slower one sentence at a time. "
-    "Measured in one run on an AMD EPYC Zen 5, 2 threads (`bench/bench_peer_torch.py`, BENCHMARKS.md): one sentence "
+    "Measured in one run on an AMD EPYC Zen 5, 2 threads (`bench/peer.py --pythons`, BENCHMARKS.md): one sentence "
     "at 0.55x AllenNLP's speed on torch 2.5.1 against 5.03x on torch 2.15.0; 64 sentences at 1.67x against 5.06x. "
     "bf16 and int8 keep their kernels. Prefer torch 2.13 or later.",
     "- **spaCy 3.7** rows install `click` beside it: spaCy 3.7's command line imports it, and today's typer no longer "

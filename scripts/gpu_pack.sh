@@ -13,7 +13,7 @@
 #                    peer's tools: a ../shared for the tests and benchmarks there
 # .gpu/corpus/       3 MB of training text prepared for pretraining (spacy_elmo.training.corpus) and its vocabulary
 # .gpu/downstream/   UD English-EWT as DocBins: 10% of train, and dev (spacy_elmo.training.downstream.data)
-# .gpu/wrk/          wrk (Debian's, `apt-get install wrk` here first) and its LuaJIT: bench_serve's load generator
+# .gpu/wrk/          wrk (Debian's, `apt-get install wrk` here first) and its LuaJIT: bench/serve.py's load generator
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SPACY_ELMO_SHARED:-../shared}
@@ -72,7 +72,7 @@ Vocabulary.from_sentences(read_sentences(Path(".gpu/corpus/corpus/train")), 3000
 EOF
 $PY -m spacy_elmo.training.downstream.data "$SHARED/data" "$work/downstream" > /dev/null
 cp "$work/downstream/upos-train-10.spacy" "$work/downstream/upos-dev.spacy" .gpu/downstream/
-# wrk for bench_serve.py (the `serve` stage); the GPU machine has the C and SSL libraries it links
+# wrk for bench/serve.py (the `serve` stage); the GPU machine has the C and SSL libraries it links
 if command -v wrk > /dev/null; then
   mkdir -p .gpu/wrk && cp "$(command -v wrk)" .gpu/wrk/ && cp -L "$(ldd "$(command -v wrk)" | awk '/libluajit/ {print $3}')" .gpu/wrk/
 else

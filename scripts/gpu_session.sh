@@ -5,21 +5,21 @@
 #   bash scripts/gpu_session.sh tests component   # there, from the repo root, with .gpu carried beside it
 #
 # Stages (each with its own time limit; a failed stage does not stop the next):
-#   env          nvidia-smi, versions, `python -m spacy_elmo info --machine`
+#   env          nvidia-smi, versions, `python -m spacy_elmo info --machine`, bench/gpu.py drift (GPU against CPU)
 #   gpu-tests    tests/test_gpu.py alone (the Triton kernels, CUDA graphs, batch invariance, parity on CUDA)
 #   tests        the GPU tests, parity, int8 on CUDA, and pretraining's tests (which run on the GPU there)
-#   profile      bench/profile_gpu.py: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
+#   profile      bench/gpu.py profile: torch.profiler's host/GPU split for 1, 64 and 1,000 sentences
 #                (PROFILE_LABEL names its bench/results/profile-gpu-LABEL.json; after by default)
 #   profile-before  the same for the package as .gpu-before/ holds it (`git archive`: the code before a
 #                change; PROFILE_LABEL before by default)
 #   profile-small-graphs  the same with CUDA graphs for calls up to 256 tokens alone (as before every call could)
-#   tiles        bench/bench_triton_tiles.py: the Triton kernels' tiles and the device's ceilings
-#   steps        bench/bench_fp32_steps.py: the fp32 step kernels' tiles that give the same bits, timed
-#   component    bench/bench_gpu.py: the component through nlp.pipe in fp32/bf16/int8 against AllenNLP
-#   train-speed  bench/bench_train_speed.py: pretraining tokens/s per preset, bf16 and torch.compile on/off
+#   component    bench/gpu.py component: the component through nlp.pipe in fp32/bf16/int8 against AllenNLP
+#                (GPU_LABEL names its bench/results/gpu-LABEL.json; gpu.json by default)
+#   train-speed  bench/pretrain.py speed: pretraining tokens/s per preset, bf16 and torch.compile on/off
 #   spacy-train  `spacy train --gpu-id 0` of the UPOS +ELMo config for a few hundred steps
 #   ray          `embed` on Ray with one GPU per worker, against `embed --gpu-id 0`, output compared
-#   embed-gpu    bench/bench_embed.py --gpu-id 0: `embed --gpu-id 0` on 10,000 lines against nlp.pipe
+#   embed-gpu    bench/embed.py --gpu-id 0: `embed --gpu-id 0` on 10,000 lines against nlp.pipe
+#   serve        bench/serve.py --device cuda: the service on the GPU against nlp.pipe on the GPU, under wrk
 # Logs go to $OUT/STAGE.log (and bench/results/ as the benchmarks write them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ export PATH="$PWD/.gpu/wrk:$PATH" LD_LIBRARY_PATH="$PWD/.gpu/wrk${LD_LIBRARY_PAT
 PEER="$WORK/peer"
 if [ ! -f "$PEER/full/lm_weights.hdf5" ]; then
   mkdir -p "$PEER/venv/bin"
-  # the peer runs on this machine's python with its own packages after the stubs (bench_peer.run_peer)
+  # the peer runs on this machine's python with its own packages after the stubs (bench/suite/peer.py)
   printf '#!/usr/bin/env bash\nPYTHONPATH="$PYTHONPATH:%s" exec python3 "$@"\n' "$WORK/peer-site" > "$PEER/venv/bin/python"
   chmod +x "$PEER/venv/bin/python"
   python3 .gpu/shared/tools/peer-allennlp/bench/make_fullsize.py "$PEER/full" > /dev/null
@@ -54,7 +54,7 @@ stage() {  # stage NAME SECONDS COMMAND...: run it with a time limit, log to $OU
 }
 
 full_size_pipeline() {
-  python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_peer import converted_weights; from pathlib import Path; print(converted_weights(Path('$PEER')))" &&
+  python3 -c "import sys; sys.path.insert(0, 'bench'); from suite.workloads import converted_weights; from pathlib import Path; print(converted_weights(Path('$PEER')))" &&
     python3 -m spacy_elmo pipeline bench/out/peer-full-bilm "$PIPELINE" --lang en
 }
 
@@ -63,7 +63,7 @@ run_env() {
   python3 -c "import torch, cupy, spacy, thinc; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'cupy', cupy.__version__, 'spacy', spacy.__version__, 'thinc', thinc.__version__)"
   python3 -m spacy_elmo info --machine
   python3 -c "import torch; print('tf32: matmul', torch.backends.cuda.matmul.allow_tf32, 'cudnn', torch.backends.cudnn.allow_tf32, 'float32_matmul_precision', torch.get_float32_matmul_precision())"
-  python3 bench/gpu_drift.py
+  python3 bench/gpu.py drift
 }
 
 run_tests() {
@@ -93,19 +93,19 @@ run_ray() {
   python3 -m spacy_elmo embed "$text" "$WORK/embed-ray" -p "$PIPELINE" --ray --workers 1 --gpus-per-worker 1 \
     --block-lines 500 || return 1
   echo "embed --ray --gpus-per-worker 1: $((SECONDS - started)) s"
-  python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from bench_embed import same_outputs; print('same output:', same_outputs([Path('$WORK/embed-gpu'), Path('$WORK/embed-ray')]))"
+  python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from embed import same_outputs; print('same output:', same_outputs([Path('$WORK/embed-gpu'), Path('$WORK/embed-ray')]))"
 }
 
 run_profile() {  # run_profile LABEL [PACKAGE_DIR [ARGS...]]: the package on PYTHONPATH ahead of the checkout
   local label=$1 package=${2:-}
   shift $(($# < 2 ? $# : 2))
-  PYTHONPATH="$WORK/site:${package:+$package:}$PWD" python3 bench/profile_gpu.py "$PEER" --label "$label" \
+  PYTHONPATH="$WORK/site:${package:+$package:}$PWD" python3 bench/gpu.py profile "$PEER" --label "$label" \
     --precisions ${PROFILE_PRECISIONS:-fp32 bf16} --workloads ${PROFILE_WORKLOADS:-1 64 1000} "$@" ${PROFILE_ARGS:-}
 }
 
-run_serve() {  # the service on the GPU against nlp.pipe on the GPU, under wrk (bench/bench_serve.py --device cuda)
-  python3 -c "import sys; sys.path.insert(0, 'bench'); from bench_peer import converted_weights; from pathlib import Path; converted_weights(Path('$PEER'))" &&
-    python3 bench/bench_serve.py --device cuda --models full --engines process --clients ${SERVE_CLIENTS:-1 64} \
+run_serve() {  # the service on the GPU against nlp.pipe on the GPU, under wrk (bench/serve.py --device cuda)
+  python3 -c "import sys; sys.path.insert(0, 'bench'); from suite.workloads import converted_weights; from pathlib import Path; converted_weights(Path('$PEER'))" &&
+    python3 bench/serve.py --device cuda --models full --engines process --clients ${SERVE_CLIENTS:-1 64} \
       --routes ${SERVE_ROUTES:-/v1/embeddings /embed} --seconds "${SERVE_CELL_SECONDS:-30}" --rounds 1 \
       --warmup "${SERVE_WARMUP_SECONDS:-10}" ||
     { # a replica's traceback is in Ray's logs, not in the driver's output
@@ -125,17 +125,14 @@ for name in "$@"; do
     profile) stage profile "${PROFILE_SECONDS:-150}" run_profile "${PROFILE_LABEL:-after}" ;;
     profile-before) stage profile-before "${PROFILE_SECONDS:-150}" run_profile "${PROFILE_LABEL:-before}" "$PWD/.gpu-before" ;;
     profile-small-graphs) stage profile-small-graphs "${PROFILE_SECONDS:-150}" run_profile small-graphs "" --graph-tokens 256 ;;
-    tiles) stage tiles "${TILES_SECONDS:-150}" python3 bench/bench_triton_tiles.py ;;
-    steps) stage steps "${STEPS_SECONDS:-150}" python3 bench/bench_fp32_steps.py --out bench/results/fp32-steps.json \
-      ${STEPS_ARGS:-} ;;
     serve) stage serve "${SERVE_SECONDS:-420}" run_serve ;;
-    component) stage component "${COMPONENT_SECONDS:-200}" python3 bench/bench_gpu.py "$PEER" ${GPU_WORKLOADS:+--workloads $GPU_WORKLOADS} \
+    component) stage component "${COMPONENT_SECONDS:-200}" python3 bench/gpu.py component "$PEER" ${GPU_WORKLOADS:+--workloads $GPU_WORKLOADS} \
       ${GPU_PRECISIONS:+--precisions $GPU_PRECISIONS} ${GPU_CONFIGURATIONS:+--configurations $GPU_CONFIGURATIONS} \
       ${GPU_REPEATS:+--repeats $GPU_REPEATS} ${GPU_GRAPHS_BEFORE:+--graphs-before} \
-      ${GPU_PEER_WORKLOADS:+--peer-workloads $GPU_PEER_WORKLOADS} ;;
-    embed-gpu) stage embed-gpu "${EMBED_SECONDS:-150}" python3 bench/bench_embed.py --lines "${EMBED_LINES:-10000}" \
+      ${GPU_PEER_WORKLOADS:+--peer-workloads $GPU_PEER_WORKLOADS} ${GPU_LABEL:+--label $GPU_LABEL} ;;
+    embed-gpu) stage embed-gpu "${EMBED_SECONDS:-150}" python3 bench/embed.py --lines "${EMBED_LINES:-10000}" \
       --peer "$PEER" --gpu-id 0 ;;
-    train-speed) stage train-speed "${TRAIN_SPEED_SECONDS:-200}" python3 bench/bench_train_speed.py --device cuda \
+    train-speed) stage train-speed "${TRAIN_SPEED_SECONDS:-200}" python3 bench/pretrain.py speed --device cuda \
       --corpus .gpu/corpus/corpus --vocab .gpu/corpus/vocab.txt --steps "${TRAIN_SPEED_STEPS:-20}" \
       ${TRAIN_SPEED_PRESETS:+--presets $TRAIN_SPEED_PRESETS} ${TRAIN_SPEED_VARIANTS:+--variants $TRAIN_SPEED_VARIANTS} ;;
     spacy-train) stage spacy-train "${SPACY_TRAIN_SECONDS:-120}" run_spacy_train ;;

@@ -156,3 +156,14 @@ def run_cli(*args):
     result = CliRunner().invoke(app, list(map(str, args)))
     escaped = result.exception if not isinstance(result.exception, SystemExit) else None
     return Ran(result.exit_code, " ".join(result.output.split()), repr(escaped) if escaped else "")
+
+
+@pytest.fixture(scope="session")
+def bench_smokes(tmp_path_factory):
+    """Every bench/ script's smoke run declared by a test module (tests/bench_runner.py), started at
+    the first test that asks for one."""
+    from bench_runner import SmokeRuns
+
+    runs = SmokeRuns(tmp_path_factory.mktemp("bench-smokes"))
+    yield runs
+    runs.close()

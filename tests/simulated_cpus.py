@@ -5,10 +5,8 @@ this CPU forces instructions it lacks (SIGILL)."""
 
 from typing import Dict, Optional
 
-from spacy_elmo.kernels import machine
-
 # What makes a process run a lesser CPU's kernels: oneDNN's, ATen's and MKL's caps (each library
-# reads its own variable). Used by the capped tests and ``bench/bench_peer.py --cap``.
+# reads its own variable). Used by the capped tests and ``bench/peer.py --cap`` and ``bench/kernels.py --cap``.
 SIMULATED_CPUS: Dict[str, Dict[str, str]] = {
     "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
     "AVX512_CORE": {
@@ -23,6 +21,8 @@ def why_not_cap(cap: str) -> Optional[str]:
     """Why simulating the lesser CPU ``cap`` (a key of ``SIMULATED_CPUS``) is no simulation here, or
     None where it is one: a cap only ever lowers. A cap above this CPU would force instructions it
     lacks (an AMD EPYC Zen 3 capped at AVX512_CORE died of SIGILL); one at its level changes nothing."""
+    from spacy_elmo.kernels import machine  # here: a benchmark's parent process need not import torch
+
     own = frozenset(name for name in machine.KERNEL_FEATURES if name in machine._cpu_flags())
     allowed = machine.ISA_CAPS[SIMULATED_CPUS[cap]["ONEDNN_MAX_CPU_ISA"]]
     missing = sorted(allowed - own)

@@ -53,7 +53,7 @@ def run_project(
 
 def test_the_workflow_trains_the_sweeps_best_candidate_on_the_clock():
     """The default preset and settings are those of the lowest test perplexity in the sweep's
-    results (bench/bench_sweep.py), and the learning rate and evaluations follow the clock."""
+    results (`python bench/pretrain.py sweep`), and the learning rate and evaluations follow the clock."""
     variables = srsly.read_yaml(ROOT / "project.yml")["vars"]
     settings = TrainConfig.load(ROOT / variables["config"], [f"max_minutes={variables['max_minutes']}"])
     sweep = json.loads((ROOT / "bench" / "results" / "sweep-cpu.json").read_text())

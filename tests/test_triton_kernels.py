@@ -21,7 +21,7 @@ import triton_interpreter  # noqa: E402,F401  (before the kernels are defined)
 from spacy_elmo import embed_sentences  # noqa: E402
 from spacy_elmo.kernels.kernel_set import TritonKernels  # noqa: E402
 from spacy_elmo.kernels.select import select  # noqa: E402
-from spacy_elmo.kernels.triton_ops import KernelTiles, Tiles, TritonOps  # noqa: E402
+from spacy_elmo.kernels.triton_ops import KernelTiles, LayerPair, Starts, StepTables, Tiles, TritonOps  # noqa: E402
 from spacy_elmo.network.gpu_stacks import Schedule, Stacks, lane_count, run_stacks  # noqa: E402
 from spacy_elmo.network.sentences import reset_state  # noqa: E402
 
@@ -221,3 +221,43 @@ def test_padding_a_call_to_a_graphs_sizes_changes_no_bit():
         rows = torch.cat([tokens, torch.randn(7, tokens.shape[1]) * 100])
         replayed, _ = run_stacks(ops, stacks, rows, padded.tables(padded.host))
     assert torch.equal(replayed[:, : tokens.shape[0]], plain)
+
+
+def _numpy_activations(x):
+    """sigmoid and tanh as the kernels write them (1 / (1 + exp(-x)); 2 sigmoid(2x) - 1), in the
+    interpreter's float32 NumPy: the same activations on both sides of the comparison below."""
+    sigmoid = lambda t: torch.from_numpy(1.0 / (1.0 + np.exp(-t.numpy())))  # noqa: E731
+    tanh = lambda t: torch.from_numpy(2.0 / (1.0 + np.exp(-2.0 * t.numpy())) - 1.0)  # noqa: E731
+    return sigmoid, tanh
+
+
+@pytest.mark.parametrize("cell_clip", [3.0, None])
+def test_the_cell_kernel_restates_lstm_layer_cell_bit_for_bit(cell_clip):
+    """The Triton cell kernel restates ``LstmLayer.cell`` (f c + i g, the clip, o tanh(c)): given
+    the same activations, one step from a start state gives bitwise the cells and hidden state that
+    ``LstmLayer.cell`` gives, so a change to the one definition fails here until the kernel follows."""
+    torch.manual_seed(0)
+    sizes = {"lstm_dim": 16, "projection_dim": 8, "filters": ((1, 4),), "n_layers": 1}
+    layer = random_bilm(cell_clip=cell_clip, proj_clip=None, **sizes).forward_layers[0]
+    assert layer.cell_clip == cell_clip
+    lanes, cells, proj = 4, layer.cells, layer.projection_dim
+    ops = small_ops()
+    gate_inputs = 2.0 * torch.randn(2, lanes, 4 * cells)
+    c0 = 3.0 * torch.randn(2, lanes, cells)
+    # each lane begins a sentence of one token from a start state with h = 0: the recurrent sums
+    # are exactly 0, so the gates are the inputs alone
+    starts = Starts(torch.zeros(2, lanes, proj), c0, torch.zeros(2, lanes, proj), c0.clone())
+    one = torch.arange(1, lanes + 1, dtype=torch.int32).view(1, lanes)
+    tables = StepTables(torch.arange(lanes, dtype=torch.int32).repeat(2, 1, 1), one, one, torch.tensor([lanes]))
+    weights = LayerPair(None, None, torch.randn(2, proj, 4 * cells), torch.randn(2, cells, proj))
+    state = ops.lane_state(lanes, cells, proj, gate_inputs)
+    ops.lstm_step(
+        0, weights, gate_inputs, tables, state, gate_inputs.new_empty(2, lanes, proj), (cell_clip, None), starts
+    )
+
+    sigmoid, tanh = _numpy_activations(gate_inputs)
+    i, f, g, o = gate_inputs.split(cells, dim=-1)
+    c, hidden = layer.cell(sigmoid(i), sigmoid(f), tanh(g), sigmoid(o), c0, tanh)
+    assert torch.equal(state.c, c) and torch.equal(state.hidden, hidden)
+    if cell_clip is not None:
+        assert c.abs().max() == cell_clip, "the clip was met"

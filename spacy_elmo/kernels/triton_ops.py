@@ -55,10 +55,10 @@ class KernelTiles:
     unrolled: int = 32  # fp32 step kernels: lanes per program x multiply-adds unrolled, at least
 
 
-# linear, conv and bf16's step kernels: the fastest of those bench/bench_triton_tiles.py tried on an
-# H100; fp32's step kernels: the fastest at 128 and 512 lanes of those bench/bench_fp32_steps.py tried
-# on an H100, and for the projection at 32 lanes, all giving the same bits (one lane runs one row
-# whatever ``rows`` says; BENCHMARKS.md).
+# Chosen from the timings recorded in BENCHMARKS.md ("The Triton kernels' tiles"): linear, conv and bf16's
+# step kernels, the fastest tried on an H100; fp32's step kernels, the fastest at 128 and 512 lanes
+# tried on an H100, and for the projection at 32 lanes, all giving the same bits (one lane runs one
+# row whatever ``rows`` says).
 TILES = {
     "fp32": KernelTiles(
         linear=Tiles(128, 128, 16, warps=8, stages=2),

@@ -205,7 +205,7 @@ PRESETS: Dict[str, BiLMConfig] = {
     "medium": BiLMConfig(projection_dim=256, lstm_dim=2048, filters=_ORIGINAL_FILTERS, n_highway=1),
     "small": BiLMConfig(projection_dim=128, lstm_dim=1024, filters=_ORIGINAL_FILTERS, n_highway=1),
     # The paper's structure sized for minutes of CPU: the workflow's default, the lowest held-out
-    # perplexity after 9 minutes on 2 cores in bench/bench_sweep.py (0.77M parameters; the
+    # perplexity after 9 minutes on 2 cores in `bench/pretrain.py sweep` (0.77M parameters; the
     # original's filter widths with an eighth of its filters, LSTM 256, projection 64).
     "mini": BiLMConfig(projection_dim=64, lstm_dim=256, filters=_EIGHTH_FILTERS, n_highway=1),
     # For tests and smoke runs.

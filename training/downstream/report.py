@@ -166,7 +166,7 @@ def _reproduce(info: Dict) -> str:
     run = _shown(info.get("run", "runs/elmo"))
     text = f"Reproduce: `python -m spacy project run downstream . --vars.run {run}` (see project.yml)"
     if run.startswith("bench/out/run-"):
-        text += ", after `python bench/bench_pretrain.py` made that biLM"
+        text += ", after `python bench/pretrain.py perplexity` made that biLM"
     return text + "; each command is also at the top of its module in training/downstream/."
 
 

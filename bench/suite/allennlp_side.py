@@ -1,9 +1,9 @@
-"""The peer's side of `bench_bilm.py --peer`: AllenNLP's `Elmo` on given sentences, timed.
+"""The peer's side of a benchmark against the peer (bench/suite/peer.py): AllenNLP's `Elmo` on given sentences, timed.
 
 Runs inside the peer's own virtual environment (../shared/tools/peer-allennlp/setup.sh), never in
-the project's: `bench_bilm.py` starts it as a subprocess with the peer's Python and stubs.
+the project's: `suite.peer.run_peer` starts it as a subprocess with the peer's Python and stubs.
 
-    PEER/venv/bin/python bench/peer_allennlp.py --model PEER/full --sentences s.json --mode plain
+    PEER/venv/bin/python bench/suite/allennlp_side.py --model PEER/full --sentences s.json --mode plain
 
 Prints one line `RESULT {json}`: words/s (the median of --reps timed runs after one warm-up; `<S>`,
 `</S>` not counted) and peak RSS. `cached` is AllenNLP's own fast mode (`vocab_to_cache`: the char
@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
-import time
+
+# run by the peer's own Python from this folder: timing.py (stdlib only) is a sibling, not a package
+from timing import timed
 
 
 def peak_rss_mb() -> float:
@@ -74,25 +75,16 @@ def main() -> None:
     groups = batches(sentences, args.batch_size)
     with torch.inference_mode():
         _, run = build(args.model, args.mode, sentences, args.device)
-        run(groups)  # warm-up
-        times = []
-        for _ in range(args.reps):
-            start = time.perf_counter()
-            run(groups)
-            times.append(time.perf_counter() - start)
+        timing = timed(lambda: run(groups), args.reps)
     words = sum(len(s) for s in sentences)
-    median = statistics.median(times)
     gpu = {"peak_gpu_mb": torch.cuda.max_memory_allocated() / 1e6} if args.device != "cpu" else {}
     print(
         "RESULT "
         + json.dumps(
             {
                 **gpu,
-                "words": words,
                 "sentences": len(sentences),
-                "median_s": median,
-                "words_per_s": words / median,
-                "times_s": times,
+                **timing.summary(words),
                 "peak_rss_mb": peak_rss_mb(),
                 "torch": torch.__version__,
             }
