@@ -73,6 +73,7 @@ from suite.report import (
     read_results,
     result_name,
     run_worker,
+    save_figure,
     worker_reply,
     write_results,
     write_section,
@@ -346,9 +347,7 @@ def plot_component(report: dict, name: str) -> None:
     where = device.get("gpu") or device["cpu"]
     ax.set_title(f"elmo component vs AllenNLP Elmo on {where} (torch {device['torch']})", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(figure_path(name), dpi=120)
-    plt.close(fig)
+    save_figure(fig, figure_path(name))
 
 
 def component_lines(report: dict, name: str) -> list:

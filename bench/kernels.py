@@ -40,12 +40,10 @@ import warnings
 from pathlib import Path
 from typing import Dict, List
 
-from suite.report import OUT, ROOT, machine, read_results, result_name, write_results, write_section
+from suite.caps import SIMULATED_CPUS, run_capped
+from suite.report import OUT, machine, read_results, result_name, write_results, write_section
 from suite.timing import timed_in_turn
 from suite.workloads import workload_named, workload_sentences
-
-sys.path.insert(0, str(ROOT / "tests"))
-from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402  the kernel caps of a lesser CPU
 
 PRECISIONS = ("fp32", "bf16", "int8")
 INT8_ROWS = (1, 32, 256)
@@ -58,8 +56,7 @@ def main() -> None:
     if args.render_only:
         render(args.command, read_results(results_name(args)))
         return
-    if args.cap:
-        run_capped(args.cap)
+    run_capped(args.cap)
     report = measure_precisions(args) if args.command == "precisions" else measure_int8(args)
     report.update(capped=args.cap, date=time.strftime("%Y-%m-%d"), command=command_line())
     write_results(results_name(args), report)
@@ -94,18 +91,6 @@ def results_name(args: argparse.Namespace) -> str:
 def command_line() -> str:
     """The command that reproduces a run, its options as given."""
     return " ".join(["python", "bench/kernels.py", *sys.argv[1:]])
-
-
-def run_capped(cap: str) -> None:
-    """Go on in this process when the cap's environment is set; else run this script again with it
-    (oneDNN, ATen and MKL read their caps when they load)."""
-    environment = SIMULATED_CPUS[cap]
-    if all(os.environ.get(name) == value for name, value in environment.items()):
-        return
-    if why_not_cap(cap):
-        raise SystemExit(f"--cap {cap}: {why_not_cap(cap)}.")
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **environment})
 
 
 # --- precisions -----------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from suite.report import (
     read_results,
     result_name,
     run_worker,
+    save_figure,
     worker_reply,
     write_results,
     write_section,
@@ -160,9 +161,7 @@ def plot_long_run(report: Dict, path: Path) -> None:
     ax.set_ylabel("RSS (MB)")
     ax.set_title(f"memory over a long run, {report['machine'].split(' (')[0]}", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def long_run_command(report: Dict) -> str:

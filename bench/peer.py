@@ -30,22 +30,22 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
+from suite.caps import SIMULATED_CPUS, run_capped
 from suite.peer import peer_folder, run_peer
 from suite.report import (
     OUT,
-    ROOT,
     figure_link,
     figure_path,
     machine,
     read_results,
     result_name,
     run_worker,
+    save_figure,
     worker_reply,
     write_results,
     write_section,
@@ -59,9 +59,6 @@ from suite.workloads import (
     workload_named,
     workload_sentences,
 )
-
-sys.path.insert(0, str(ROOT / "tests"))
-from simulated_cpus import SIMULATED_CPUS, why_not_cap  # noqa: E402  the kernel caps of a lesser CPU
 
 WORKLOADS = ["1 sentence", "16 sentences", "64 sentences", "1,000 sentences"]
 TORCH_WORKLOADS = ["1 sentence", "64 sentences"]
@@ -328,9 +325,7 @@ def plot(report: dict, name: str) -> None:
     capped = f" (CAPPED at {report['capped']}: simulating a lesser CPU)" if report.get("capped") else ""
     ax.set_title(f"elmo component vs AllenNLP Elmo, same weights and run{capped}\n{report['machine']}", fontsize=8)
     ax.tick_params(axis="x", labelsize=6)
-    fig.tight_layout()
-    fig.savefig(figure_path(name), dpi=120)
-    plt.close(fig)
+    save_figure(fig, figure_path(name))
 
 
 def precision_label(row: dict) -> str:
@@ -489,11 +484,8 @@ def parse_arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_arguments()
-    if args.cap and why_not_cap(args.cap):
-        raise SystemExit(f"--cap {args.cap}: {why_not_cap(args.cap)}; a cap only simulates a lesser CPU.")
-    if args.cap and os.environ.get("ONEDNN_MAX_CPU_ISA") != args.cap:
-        # again from the start, with the caps in place before torch loads (ATen reads its cap at import)
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **SIMULATED_CPUS[args.cap]})
+    if not args.render_only:
+        run_capped(args.cap)
     if args.worker:
         worker_reply(ours(json.loads(args.worker)))
         return

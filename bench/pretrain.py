@@ -58,6 +58,7 @@ from suite.report import (
     machine,
     read_results,
     run_worker,
+    save_figure,
     worker_reply,
     write_results,
     write_section,
@@ -455,19 +456,7 @@ def plot_speed(report: Dict[str, Any], name: str) -> None:
     ax.set_ylabel("training tokens/s (log scale)")
     ax.set_title(f"pretraining throughput, {report['machine']}", fontsize=9)
     ax.tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
-    save_figure(fig, name)
-
-
-def save_figure(fig, name: str) -> None:
-    import matplotlib.pyplot as plt
-
-    from spacy_elmo.files import atomic_write
-
-    try:
-        atomic_write(figure_path(name), lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
-    finally:
-        plt.close(fig)
+    save_figure(fig, figure_path(name), dpi=110)
 
 
 # --- sweep ----------------------------------------------------------------------------------------
@@ -601,8 +590,7 @@ def plot_sweep(report: Dict[str, Any]) -> None:
     ax.set(yscale="log", xlabel="minutes of training", ylabel="dev perplexity (first 10k tokens)", title=title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, "sweep-cpu")
+    save_figure(fig, figure_path("sweep-cpu"), dpi=110)
 
 
 MEASUREMENTS = {"perplexity": measure_perplexity, "speed": measure_speed, "sweep": measure_sweep}

@@ -48,6 +48,7 @@ from suite.report import (
     machine,
     read_results,
     result_name,
+    save_figure,
     write_results,
     write_section,
 )
@@ -507,9 +508,7 @@ def plot(report: dict, path: Path) -> None:
         left.legend(fontsize=7)
         right.legend(fontsize=7)
     fig.suptitle(f"serve under wrk, {report['device']}, {report['machine']}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def command_line(report: dict) -> str:
@@ -605,9 +604,7 @@ def legacy_plot(report: dict, path: Path) -> None:
     left.legend(fontsize=7)
     right.legend(fontsize=7)
     fig.suptitle(f"serve on Ray, {report.get('gpu', {}).get('gpu', report['device'])}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def render(report: dict, name: str) -> None:

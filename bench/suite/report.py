@@ -78,6 +78,18 @@ def figure_path(name: str) -> Path:
     return RESULTS / f"{name}.png"
 
 
+def save_figure(fig, path: Path, dpi: int = 120) -> None:
+    """Lay out ``fig``, write it to ``path`` as PNG (atomically: a reader never sees half a plot)
+    and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    try:
+        _FILES.atomic_write(path, lambda temporary: fig.savefig(temporary, dpi=dpi, format="png"))
+    finally:
+        plt.close(fig)
+
+
 def figure_link(name: str) -> str:
     """The Markdown image of ``figure_path(name)`` as BENCHMARKS.md shows it."""
     return f"![{name}](bench/results/{name}.png)"
