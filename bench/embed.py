@@ -28,13 +28,13 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Dict, List, Optional  # noqa: E402
 
 from suite.peer import peer_folder, run_peer  # noqa: E402
 from suite.report import (  # noqa: E402
     OUT,
+    command_line,
     machine,
     read_results,
     result_name,
@@ -264,7 +264,7 @@ def on_cpu(args, pipeline: Path, source: Path, lines: List[str]) -> Dict:
         "weights": weights_said(args),
         "peer": peer_row(args.peer, lines, rows[0]) if args.peer else None,
         "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join(["python bench/embed.py", *sys.argv[1:]]),
+        "command": command_line("embed.py", peer=args.peer),
         "lines": args.lines,
         "block_lines": block_lines,
         "rows": rows,
@@ -311,7 +311,7 @@ def on_gpu(args, pipeline: Path, source: Path) -> Dict:
         "gpu": machine(1, "cuda"),
         "lines": args.lines,
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "command": " ".join(["python bench/embed.py", *sys.argv[1:]]),
+        "command": command_line("embed.py", peer=args.peer),
         "processes_s": {name: timing.summary() for name, timing in processes.items()},
         "rows": rows,
     }

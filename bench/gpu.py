@@ -58,7 +58,6 @@ import argparse
 import itertools
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -67,6 +66,7 @@ from typing import Callable, Dict, List, Optional
 from suite.peer import peer_folder, run_peer
 from suite.report import (
     OUT,
+    command_line,
     figure_link,
     figure_path,
     machine,
@@ -165,12 +165,6 @@ def require_cuda(device: str) -> None:
 
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("This measures on a CUDA GPU, and torch sees none here (--device cpu runs it on the CPU).")
-
-
-def command_line(sub_command: str, argv: List[str], peer: Optional[str]) -> str:
-    """The command that reproduces a run, the peer's folder as PEER_DIR."""
-    words = ["PEER_DIR" if peer is not None and word == peer else shlex.quote(word) for word in argv]
-    return " ".join(["python bench/gpu.py", sub_command, *words])
 
 
 def write_sentences(name: str, sentences: list) -> Path:
@@ -896,7 +890,7 @@ def main() -> None:
     if args.render_only:
         render(args.command, name)
         return
-    command = command_line(argv[0], argv[1:], getattr(args, "peer", None))
+    command = command_line("gpu.py", peer=getattr(args, "peer", None))
     if args.command == "component":
         run_component(args, name, command)
     elif args.command == "profile":

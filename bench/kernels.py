@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from suite.caps import SIMULATED_CPUS, run_capped
-from suite.report import OUT, machine, read_results, result_name, write_results, write_section
+from suite.report import OUT, command_line, machine, read_results, result_name, write_results, write_section
 from suite.timing import timed_in_turn
 from suite.workloads import workload_named, workload_sentences
 
@@ -58,7 +57,7 @@ def main() -> None:
         return
     run_capped(args.cap)
     report = measure_precisions(args) if args.command == "precisions" else measure_int8(args)
-    report.update(capped=args.cap, date=time.strftime("%Y-%m-%d"), command=command_line())
+    report.update(capped=args.cap, date=time.strftime("%Y-%m-%d"), command=command_line("kernels.py"))
     write_results(results_name(args), report)
     render(args.command, report)
     print_summary(args.command, report)
@@ -86,11 +85,6 @@ def results_name(args: argparse.Namespace) -> str:
     if args.command == "precisions":
         return result_name("precisions-cpu", args.label, args.cap)
     return result_name("int8-cpu", None, args.cap)
-
-
-def command_line() -> str:
-    """The command that reproduces a run, its options as given."""
-    return " ".join(["python", "bench/kernels.py", *sys.argv[1:]])
 
 
 # --- precisions -----------------------------------------------------------------------------------

@@ -27,13 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from suite.report import (
     RESULTS,
+    command_line,
     figure_link,
     figure_path,
     machine,
@@ -123,7 +123,7 @@ def long_run(args) -> Dict:
     return {
         "machine": machine(args.threads),
         "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join(["python bench/memory.py", *sys.argv[1:]]),
+        "command": command_line("memory.py"),
         "docs": args.docs,
         "every": args.every,
         "weights": FIXTURE_WEIGHTS if Path(args.weights) == FIXTURE else f"the weights in {args.weights}",
@@ -255,7 +255,7 @@ def storage(args) -> Dict:
     return {
         "machine": machine(os.cpu_count() or 1),
         "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join(["python bench/memory.py", *sys.argv[1:]]),
+        "command": command_line("memory.py"),
         "preset": PRESET,
         "lines": args.lines,
         "tokens": rows[0]["tokens"],

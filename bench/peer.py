@@ -39,6 +39,7 @@ from suite.caps import SIMULATED_CPUS, run_capped
 from suite.peer import peer_folder, run_peer
 from suite.report import (
     OUT,
+    command_line,
     figure_link,
     figure_path,
     machine,
@@ -343,6 +344,11 @@ def rate(figures: Optional[dict]) -> str:
 
 
 def command_of(report: dict) -> str:
+    """The run's command line; results from before the suite kept none: rebuilt from their options."""
+    if "command" in report:
+        return f"`{report['command']}`"
+    if report["rows"] and "torch" in report["rows"][0]:
+        return "`python bench/peer.py PEER_DIR --pythons PYTHON_A PYTHON_B`"
     cap, label = report.get("capped"), report.get("label")
     options = (f" --cap {cap}" if cap else "") + (f" --label {label}" if label else "")
     return f"`python bench/peer.py PEER_DIR{options}`"
@@ -442,7 +448,7 @@ def torch_section_lines(report: dict) -> list:
         "",
         f"Machine: {report['machine'].split(', torch')[0]}; ours under each row's torch, full-size weights, exact "
         "fp32, token cache off; AllenNLP `Elmo` in its own venv, once per workload in the same run. Command: "
-        "`python bench/peer.py PEER_DIR --pythons PYTHON_A PYTHON_B`.",
+        f"{command_of(report)}.",
         "",
         "| workload | our torch | ours (words/s) | AllenNLP (words/s) | ratio |",
         "|---|---|---:|---:|---:|",
@@ -508,6 +514,7 @@ def main() -> None:
         report = merged_with_kept(report, name) if args.workloads else report
         if not args.no_roof:
             report["roof"] = gemm_roof(args.threads)
+    report["command"] = command_line("peer.py", peer=args.peer)
     write_results(name, report)
     write_outputs(report, name)
     print(f"Wrote bench/results/{name}.json and the section peer:{name}.")

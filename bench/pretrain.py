@@ -53,12 +53,14 @@ from suite.report import (
     OUT,
     RESULTS,
     ROOT,
+    command_line,
     figure_link,
     figure_path,
     machine,
     read_results,
     run_worker,
     save_figure,
+    shown_command,
     worker_reply,
     write_results,
     write_section,
@@ -156,11 +158,6 @@ def parse_arguments() -> argparse.Namespace:
 
 def results_name(command: str, device: str = "cpu") -> str:
     return {"perplexity": f"pretrain-{device}", "speed": f"train-speed-{device}", "sweep": "sweep-cpu"}[command]
-
-
-def command_line(dropped: tuple = ()) -> str:
-    """The command that reproduces this run, its options as given."""
-    return " ".join(["python", "bench/pretrain.py", *(a for a in sys.argv[1:] if a not in dropped)])
 
 
 def render_every_section() -> None:
@@ -261,7 +258,7 @@ def measure_perplexity(args: argparse.Namespace) -> None:
         "machine": machine(torch.get_num_threads(), args.device),
         "date": time.strftime("%Y-%m-%d"),
         "config": json.loads((run / "train-config.json").read_text()),
-        "command": command_line(dropped=("--reuse",)),
+        "command": command_line("pretrain.py", dropped=("--reuse",)),
         "corpus_source": str(args.corpus) if args.corpus else "shared/data/corpus",
         "vocab_size": len(Vocabulary.load(vocab)),
         "minutes_training": last["elapsed"] / 60,
@@ -290,7 +287,7 @@ def render_perplexity(result: Dict[str, Any]) -> None:
     corpus = result.get("corpus_source", "shared/data/corpus")
     machine_line = f"Machine: {result['machine']}. " if "machine" in result else ""
     speed = with_spread(f"{result['tokens_per_s_median']:,.0f}", result.get("tokens_per_s_spread"))
-    command = result["command"].replace("bench/bench_pretrain.py", "bench/pretrain.py perplexity")
+    command = shown_command(result["command"])
     lines = [
         f"### biLM pretraining on {device.upper()} ({result['date']})",
         "",
@@ -355,7 +352,7 @@ def measure_speed(args: argparse.Namespace) -> None:
         "date": time.strftime("%Y-%m-%d"),
         "steps": args.steps,
         "config": shown_path(args.config),
-        "command": command_line(),
+        "command": command_line("pretrain.py"),
         "rows": [],
     }
     specs = [
@@ -480,7 +477,7 @@ def measure_sweep(args: argparse.Namespace) -> None:
         "machine": machine(torch.get_num_threads()),
         "date": time.strftime("%Y-%m-%d"),
         "minutes": args.minutes,
-        "command": command_line(dropped=("--fresh",)),
+        "command": command_line("pretrain.py", dropped=("--fresh",)),
         "corpus": " / ".join(f"{name} {split['tokens']:,}" for name, split in splits.items()) + " tokens",
         "corpus_source": shown_path(args.corpus) if args.corpus else "the workflow's corpus",
         "candidates": [by_name[name] for name in names],
@@ -548,7 +545,7 @@ def render_sweep(report: Dict[str, Any]) -> None:
     rows = sorted(report["candidates"], key=lambda r: r["test"])
     plot_sweep(report)
     machine_named = report["machine"] + (f", torch {report['torch']}" if "torch" in report else "")
-    command = report["command"].replace("bench/bench_sweep.py", "bench/pretrain.py sweep")
+    command = shown_command(report["command"])
     source = report.get("corpus_source", "the workflow's corpus")
     lines = [
         f"### Architecture sweep: the best biLM for {report['minutes']:g} minutes ({report['date']})",

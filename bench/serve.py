@@ -43,12 +43,14 @@ from typing import Dict, List, Optional
 from suite.report import (
     OUT,
     SHARED,
+    command_line,
     figure_link,
     figure_path,
     machine,
     read_results,
     result_name,
     save_figure,
+    shown_command,
     write_results,
     write_section,
 )
@@ -511,10 +513,6 @@ def plot(report: dict, path: Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
-def command_line(report: dict) -> str:
-    return report["command"].replace("bench/bench_serve.py", "bench/serve.py")
-
-
 def markdown(report: dict, name: str) -> List[str]:
     wrk = f"wrk {report['wrk']} (one thread)" if report.get("wrk") else "wrk absent (the service's columns empty)"
     lines = [
@@ -524,7 +522,8 @@ def markdown(report: dict, name: str) -> List[str]:
         f"sentence of shared/data/corpus/valid.txt a request, {report['texts']} texts in turn, after a warm-up that "
         f"sent every text. Each cell: {report['rounds']} rounds of {report['seconds']:.0f} s of the service, "
         "alternating with as many of the pipeline in a process of its own (`nlp(text)` for one connection, "
-        f"`nlp.pipe(texts, batch_size=connections)` for more). Command: `{command_line(report)}`. of pipe: the "
+        "`nlp.pipe(texts, batch_size=connections)` for more). "
+        f"Command: `{shown_command(report['command'])}`. of pipe: the "
         "service's sentences/s over the pipeline's; above nlp: the median of the rounds' p50 minus `nlp(text)`'s "
         "p50; ± the spread of the rounds (slowest - fastest, over the median), where the run kept it.",
     ]
@@ -621,7 +620,7 @@ def new_report(args) -> dict:
         "machine": machine(args.threads, args.device),
         "device": args.device,
         "date": time.strftime("%Y-%m-%d"),
-        "command": " ".join(["python bench/serve.py", *sys.argv[1:]]),
+        "command": command_line("serve.py"),
         "threads": args.threads,
         "seconds": args.seconds,
         "rounds": args.rounds,

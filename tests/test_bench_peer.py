@@ -23,7 +23,8 @@ def test_peer_bench_measures_ours_and_renders_its_section_again_from_the_results
     assert row["ours"]["runs"] == "fp32" and row["ours"]["torch"] == torch.__version__
     assert "threads" in report["machine"] and torch.__version__ in report["machine"]
     written = run.measured("peer:peer-cpu")
-    assert "`python bench/peer.py PEER_DIR`" in written and report["machine"] in written
+    assert report["command"] == f"python bench/peer.py {' '.join(MEASURE)}"  # no peer: no PEER_DIR in it
+    assert f"`{report['command']}`" in written and report["machine"] in written
     assert f"{row['ours']['words_per_s']:,.1f}" in written
     assert run.is_png("peer-cpu")
     assert run.rendered("peer:peer-cpu") == written

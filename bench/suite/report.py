@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,29 @@ def result_name(kind: str, label: Optional[str] = None, cap: Optional[str] = Non
     this machine's ``label`` where its results stand beside another CPU's, then the cap."""
     name = f"{kind}-{label}" if label else kind
     return f"{name}-capped-{cap}" if cap else name
+
+
+# Scripts merged into the suite (2026-11-28): a results file from before names the old one.
+RENAMED = {
+    "bench/bench_pretrain.py": "bench/pretrain.py perplexity",
+    "bench/bench_sweep.py": "bench/pretrain.py sweep",
+    "bench/bench_serve.py": "bench/serve.py",
+}
+
+
+def command_line(script: str, peer: Optional[str] = None, dropped: Sequence[str] = ()) -> str:
+    """The command that reproduced this run, as a results file keeps it: ``python bench/SCRIPT``
+    and this process's arguments (less ``dropped``), the peer's folder shown as PEER_DIR."""
+    words = [word for word in sys.argv[1:] if word not in dropped]
+    shown = ["PEER_DIR" if peer is not None and word == peer else shlex.quote(word) for word in words]
+    return " ".join(["python", f"bench/{script}", *shown])
+
+
+def shown_command(recorded: str) -> str:
+    """A results file's command as it is run now (an older file's names the script it came from)."""
+    for old, new in RENAMED.items():
+        recorded = recorded.replace(old, new)
+    return recorded
 
 
 def write_results(name: str, report: Dict[str, Any]) -> Path:

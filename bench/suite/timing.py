@@ -68,7 +68,7 @@ def timed(
     repeats: int,
     warmup: int = 1,
     prepare: Optional[Callable[[], object]] = None,
-    sync: Callable[[], None] = _no_sync,
+    sync: Optional[Callable[[], None]] = None,
 ) -> Timing:
     """Run ``call`` ``warmup`` times untimed, then ``repeats`` times timed. ``prepare()`` makes each
     run's argument outside the clock (fresh docs, say); ``sync()`` runs before the clock starts and
@@ -81,7 +81,7 @@ def timed_in_turn(
     repeats: int,
     warmup: int = 1,
     prepare: Optional[Callable[[], object]] = None,
-    sync: Callable[[], None] = _no_sync,
+    sync: Optional[Callable[[], None]] = None,
 ) -> Dict[str, Timing]:
     """Like ``timed`` for several calls that are compared: each round runs every call once, in
     turn, so that a machine that speeds up or slows down during the run weighs on all of them
@@ -89,6 +89,7 @@ def timed_in_turn(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     runs: Dict[str, list] = {name: [] for name in calls}
+    sync = sync or _no_sync
     for round_ in range(warmup + repeats):
         for name, call in calls.items():
             argument = prepare() if prepare is not None else None

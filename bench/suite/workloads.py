@@ -110,7 +110,7 @@ def time_pipe(nlp, sentences: List[List[str]], repeats: int, sync: Optional[Call
     def fresh_docs():
         return [Doc(nlp.vocab, words=s) for s in sentences]
 
-    timing = timed(run, repeats, prepare=fresh_docs, **({"sync": sync} if sync else {}))
+    timing = timed(run, repeats, prepare=fresh_docs, sync=sync)
     return timing.summary(sum(len(s) for s in sentences))
 
 
