@@ -223,12 +223,15 @@ def test_padding_a_call_to_a_graphs_sizes_changes_no_bit():
     assert torch.equal(replayed[:, : tokens.shape[0]], plain)
 
 
-def _numpy_activations(x):
-    """sigmoid and tanh as the kernels write them (1 / (1 + exp(-x)); 2 sigmoid(2x) - 1), in the
-    interpreter's float32 NumPy: the same activations on both sides of the comparison below."""
-    sigmoid = lambda t: torch.from_numpy(1.0 / (1.0 + np.exp(-t.numpy())))  # noqa: E731
-    tanh = lambda t: torch.from_numpy(2.0 / (1.0 + np.exp(-2.0 * t.numpy())) - 1.0)  # noqa: E731
-    return sigmoid, tanh
+def _sigmoid_as_the_kernels(t):
+    """1 / (1 + exp(-t)) in float32 NumPy, as the interpreter runs the kernels' sigmoid; contiguous,
+    as the kernels' arrays are (NumPy may take another exp loop for strided arrays)."""
+    return torch.from_numpy(1.0 / (1.0 + np.exp(-t.contiguous().numpy())))
+
+
+def _tanh_as_the_kernels(t):
+    """2 sigmoid(2t) - 1, as the kernels write tanh."""
+    return torch.from_numpy(2.0 / (1.0 + np.exp(-2.0 * t.contiguous().numpy())) - 1.0)
 
 
 @pytest.mark.parametrize("cell_clip", [3.0, None])
@@ -255,7 +258,7 @@ def test_the_cell_kernel_restates_lstm_layer_cell_bit_for_bit(cell_clip):
         0, weights, gate_inputs, tables, state, gate_inputs.new_empty(2, lanes, proj), (cell_clip, None), starts
     )
 
-    sigmoid, tanh = _numpy_activations(gate_inputs)
+    sigmoid, tanh = _sigmoid_as_the_kernels, _tanh_as_the_kernels  # the same activations on both sides
     i, f, g, o = gate_inputs.split(cells, dim=-1)
     c, hidden = layer.cell(sigmoid(i), sigmoid(f), tanh(g), sigmoid(o), c0, tanh)
     assert torch.equal(state.c, c) and torch.equal(state.hidden, hidden)
