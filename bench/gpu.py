@@ -737,7 +737,7 @@ def placements(docs: list, segments: list, layers: list) -> Dict[str, Callable[[
         kept.append(sentence_runs.empty_outputs(docs, segments, SHAPE, dtype))
         return kept[-1]
 
-    def one_buffer() -> list:  # tried 2026-11-28: one allocation for all the docs, a view each
+    def one_buffer() -> list:  # tried, not kept: one allocation for all the docs, a view each
         kept[:] = []
         sizes = [SHAPE[0] * len(doc) * SHAPE[1] for doc in docs]
         buffer = np.empty(sum(sizes), dtype=np.float32)

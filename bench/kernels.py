@@ -168,7 +168,7 @@ def time_precisions(pipelines: Dict[str, tuple], workload: str, args: argparse.N
 def precisions_section(report: dict) -> List[str]:
     cap, label = report["capped"], report.get("label")
     title = f"capped at {cap}, simulating a lesser CPU's kernels" if cap else "uncapped"
-    kept = "runs_s" in report["rows"][0]  # runs before 2026-11-28 kept no spread: medians of 5 rounds
+    kept = "runs_s" in report["rows"][0]  # results from before the suite kept no runs: medians of 5 rounds
     rounds = len(report["rows"][0]["runs_s"]) if kept else 5
     command = report.get("command") or "python bench/kernels.py precisions" + (f" --cap {cap}" if cap else "") + (
         f" --label {label}" if label else ""

@@ -283,7 +283,7 @@ def render_perplexity(result: Dict[str, Any]) -> None:
     name = results_name("perplexity", device)
     plot_perplexity(result, name)
     sampled = f" with {config['n_samples']} samples" if config["softmax"] == "sampled" else ""
-    vocab_size = result.get("vocab_size", 30000)  # runs before 2026-11-28: the default 30,000
+    vocab_size = result.get("vocab_size", 30000)  # results from before the suite: the default 30,000
     corpus = result.get("corpus_source", "shared/data/corpus")
     machine_line = f"Machine: {result['machine']}. " if "machine" in result else ""
     speed = with_spread(f"{result['tokens_per_s_median']:,.0f}", result.get("tokens_per_s_spread"))
@@ -318,8 +318,8 @@ def render_perplexity(result: Dict[str, Any]) -> None:
 
 
 def plot_perplexity(result: Dict[str, Any], name: str) -> None:
-    """The learning curve from the results' log lines (runs before 2026-11-28 kept none: their plot
-    stays as it was drawn)."""
+    """The learning curve from the results' log lines (results from before the suite kept none:
+    their plot stays as it was drawn)."""
     if "curve" not in result:
         return
     from spacy_elmo.training.loop.curve import plot_learning_curve

@@ -57,7 +57,7 @@ def result_name(kind: str, label: Optional[str] = None, cap: Optional[str] = Non
     return f"{name}-capped-{cap}" if cap else name
 
 
-# Scripts merged into the suite (2026-11-28): a results file from before names the old one.
+# The scripts merged into the suite, as results files written before it name them.
 RENAMED = {
     "bench/bench_pretrain.py": "bench/pretrain.py perplexity",
     "bench/bench_sweep.py": "bench/pretrain.py sweep",
