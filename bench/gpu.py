@@ -29,7 +29,7 @@ precision: one warm-up pass, three timed (the fastest kept), one profiled pass: 
 GPU's busy time (its kernels' and copies' durations: one stream, they do not overlap), the host's
 share (the wall time the GPU sat idle), kernel and graph launches, syncs, copies, the top operators
 by GPU and by host time; --python adds cProfile's top functions, --syncs where a pass waits for the
-GPU. Only the package's public API (but --graph-tokens, which sets `gpu_graphs.MOST_TOKENS`), so it
+GPU. Only the package's public API (but --graph-tokens, which sets `gpu_stacks.MOST_TOKENS`), so it
 profiles any version of the package put first on PYTHONPATH. Writes
 bench/results/profile-gpu-LABEL.json and prints the table (no BENCHMARKS.md section). With
 --device cpu, CPU activity only: the GPU's figures are absent (null), not zero.
@@ -109,7 +109,7 @@ def elmo_pipeline(weights: str, precision: str, max_batch_tokens: int):
     settings = {"weights": weights, "set_vector_hooks": False, "precision": precision}
     nlp.add_pipe("elmo", config={**settings, "max_batch_tokens": max_batch_tokens})
     nlp.initialize()
-    nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
+    nlp.get_pipe("elmo").runner.token_cache.capacity = 0
     return nlp
 
 
@@ -196,40 +196,40 @@ def component_worker(spec: dict) -> dict:
         torch.set_num_threads(spec["threads"])
     sentences = json.loads(Path(spec["sentences"]).read_text())
     nlp = elmo_pipeline(spec["weights"], spec["precision"], spec["max_batch_tokens"])
-    bilm = nlp.get_pipe("elmo").bilm
+    runner = nlp.get_pipe("elmo").runner
     report = {**time_pipe(nlp, sentences, spec["repeats"], sync)}
     if device == "cuda":
         report["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 1e6
     else:
         report["peak_rss_mb"] = peak_rss_mb()
-    report.update(runs=bilm.precision, kernel=bilm.precision_choice.kernel, **extra)
-    report["batch_invariant"] = batch_invariant(bilm, sentences, spec["max_batch_tokens"])
+    report.update(runs=runner.precision, kernel=runner.choice.kernel, **extra)
+    report["batch_invariant"] = batch_invariant(runner, sentences, spec["max_batch_tokens"])
     if spec["precision"] != "fp32":
-        report["error"] = error_against_fp32(bilm, sentences, spec["precision"], spec["max_batch_tokens"])
+        report["error"] = error_against_fp32(runner, sentences, spec["precision"], spec["max_batch_tokens"])
     return report
 
 
 def replay_graphs_up_to(tokens: Optional[int]) -> int:
     """Calls of up to ``tokens`` tokens replay CUDA graphs (None: the package's limit); 256 is
     the limit before every call could replay one (``--graphs-before``). Returns the limit."""
-    from spacy_elmo.network import gpu_graphs
+    from spacy_elmo.kernels import gpu_stacks
 
     if tokens is not None:
-        gpu_graphs.MOST_TOKENS = tokens
-    return gpu_graphs.MOST_TOKENS
+        gpu_stacks.MOST_TOKENS = tokens
+    return gpu_stacks.MOST_TOKENS
 
 
-def batch_invariant(bilm, sentences: list, max_batch_tokens: int) -> dict:
+def batch_invariant(runner, sentences: list, max_batch_tokens: int) -> dict:
     """Of the first ``INVARIANCE_SENTENCES`` sentences, how many get bitwise the same layers alone
-    as inside the whole workload."""
+    as inside the whole workload, through ``runner`` (the component's)."""
     import numpy as np
 
     from spacy_elmo import embed_sentences
 
-    together = embed_sentences(bilm, sentences, max_batch_tokens=max_batch_tokens)
+    together = embed_sentences(runner, sentences, max_batch_tokens=max_batch_tokens)
     checked = sentences[:INVARIANCE_SENTENCES]
     same = sum(
-        bool(np.array_equal(embed_sentences(bilm, [sentence])[0], together[i])) for i, sentence in enumerate(checked)
+        bool(np.array_equal(embed_sentences(runner, [sentence])[0], together[i])) for i, sentence in enumerate(checked)
     )
     return {"checked": len(checked), "bitwise_equal": same}
 
@@ -602,12 +602,10 @@ def profile_line(row: dict) -> str:
 
 def gpu_drift(bilm, sentences: list, path: str = "auto") -> list:
     """Per layer: max |cuda - cpu| over every token, and max |cpu|."""
-    from spacy_elmo import embed_sentences
+    from spacy_elmo import BiLMRunner, embed_sentences
 
-    bilm = bilm.with_settings(lstm_path="step")
-    on_cpu = embed_sentences(bilm.cpu(), sentences)
-    bilm = bilm.with_settings(lstm_path=path)
-    on_gpu = embed_sentences(bilm.cuda(), sentences)
+    on_cpu = embed_sentences(BiLMRunner(bilm.cpu(), lstm_path="step", warm=False), sentences)
+    on_gpu = embed_sentences(BiLMRunner(bilm.cuda(), lstm_path=path, warm=False), sentences)
     bilm.cpu()
     return layer_drift(on_cpu, on_gpu)
 
@@ -617,13 +615,13 @@ def cpu_drift(bilm, sentences: list, threads: int) -> list:
     (and max |value|): 0 where the CPU's promises hold."""
     import torch
 
-    from spacy_elmo import embed_sentences
+    from spacy_elmo import BiLMRunner, embed_sentences
 
-    bilm = bilm.with_settings(lstm_path="step")
+    runner = BiLMRunner(bilm, lstm_path="step", warm=False)
     torch.set_num_threads(threads)
-    together = embed_sentences(bilm, sentences)
+    together = embed_sentences(runner, sentences)
     torch.set_num_threads(1)
-    alone = [embed_sentences(bilm, [sentence])[0] for sentence in sentences]
+    alone = [embed_sentences(runner, [sentence])[0] for sentence in sentences]
     torch.set_num_threads(threads)
     return layer_drift(together, alone)
 
@@ -682,10 +680,10 @@ def host_steps(sentences: list) -> Dict[str, Callable[[], object]]:
     import torch
     from spacy.tokens import Doc
 
+    from spacy_elmo.kernels.gpu_stacks import Schedule
     from spacy_elmo.network.char_encoder import CharEncoder
     from spacy_elmo.network.chars import TokenIndexer
     from spacy_elmo.network.config import BiLMConfig
-    from spacy_elmo.network.gpu_stacks import Schedule
     from spacy_elmo.pipeline import sentence_runs
     from spacy_elmo.pipeline.mix_settings import MixSettings
     from spacy_elmo.pipeline.storage import Storage

@@ -107,7 +107,9 @@ def measure_precisions(args: argparse.Namespace) -> dict:
         rows = [row for count in args.workloads for row in time_precisions(pipelines, workload_named(count), args)]
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    kernels = {precision: nlp.get_pipe("elmo").bilm.kernels.description() for precision, (nlp, _) in pipelines.items()}
+    kernels = {
+        precision: nlp.get_pipe("elmo").runner.backend.description() for precision, (nlp, _) in pipelines.items()
+    }
     return {
         "machine": machine(args.threads),
         "label": args.label,
@@ -137,7 +139,7 @@ def load_pipeline(weights: str, precision: str, vocab) -> tuple:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", (PrecisionFallback, SlowerPrecision))
         nlp.initialize()
-    nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
+    nlp.get_pipe("elmo").runner.token_cache.capacity = 0
     warned = [str(w.message) for w in caught if issubclass(w.category, (PrecisionFallback, SlowerPrecision))]
     return nlp, warned
 
@@ -157,9 +159,9 @@ def time_precisions(pipelines: Dict[str, tuple], workload: str, args: argparse.N
     timings = timed_in_turn(calls, args.repeats, prepare=lambda: [Doc(vocab, words=s) for s in sentences])
     rows = []
     for precision, (nlp, warned) in pipelines.items():
-        bilm = nlp.get_pipe("elmo").bilm
-        row = {"workload": workload, "precision": precision, "runs": bilm.precision}
-        row.update(kernel=bilm.precision_choice.kernel, **timings[precision].summary(words))
+        runner = nlp.get_pipe("elmo").runner
+        row = {"workload": workload, "precision": precision, "runs": runner.precision}
+        row.update(kernel=runner.choice.kernel, **timings[precision].summary(words))
         row.update(x_fp32=timings["fp32"].median_s / timings[precision].median_s, fallback_warnings=warned)
         rows.append(row)
     return rows

@@ -104,7 +104,7 @@ def sample(nlp, docs: int, phase: str) -> Dict:
     point = {"docs": docs, "phase": phase, "rss_mb": rss_mb(), "strings": len(nlp.vocab.strings)}
     if "elmo" in nlp.pipe_names:
         elmo = nlp.get_pipe("elmo")
-        point["token_cache_rows"] = len(elmo.bilm.token_cache)
+        point["token_cache_rows"] = len(elmo.runner.token_cache)
         point["sentence_cache_tokens"] = elmo._sentences._tokens
     return point
 
@@ -197,8 +197,8 @@ def long_run_markdown(report: Dict, name: str) -> List[str]:
     lines += [
         "",
         "oneDNN compiles and keeps a kernel for each matmul shape it meets; the component runs its matmuls at a few "
-        "row counts (`spacy_elmo/kernels/row_buckets.py`), so docs of new lengths bring no new shapes once the "
-        "common ones are met, and RSS levels off.",
+        "row counts (`bucket_rows` in `spacy_elmo/kernels/onednn.py`), so docs of new lengths bring no new shapes once "
+        "the common ones are met, and RSS levels off.",
     ]
     if any(run.get("onednn_cache") is not None for run in report["runs"]):
         lines += [

@@ -79,34 +79,32 @@ def ours(spec: dict) -> dict:
     import spacy
     import torch
 
-    from spacy_elmo.pipeline.bilm_layer import get_bilm
-
     torch.set_num_threads(spec["threads"])
     sentences = json.loads(Path(spec["sentences"]).read_text())
     nlp = spacy.blank("en")
     config = {"weights": spec["weights"], "set_vector_hooks": False, "precision": spec["precision"]}
     nlp.add_pipe("elmo", config=config)
     nlp.initialize()
-    bilm = get_bilm(nlp.get_pipe("elmo").model)
-    bilm.token_cache.capacity = 20000 if spec["cache"] else 0
+    runner = nlp.get_pipe("elmo").runner
+    runner.token_cache.capacity = 20000 if spec["cache"] else 0
     max_batch_tokens = nlp.get_pipe("elmo").settings.max_batch_tokens
     report = {
         **time_pipe(nlp, sentences, spec["repeats"]),
         "peak_rss_mb": peak_rss_mb(),
         "distinct_share": distinct_share(sentences, max_batch_tokens),
-        "runs": bilm.precision,  # fp32 where the machine fell back
-        "kernel": bilm.precision_choice.kernel,
+        "runs": runner.precision,  # fp32 where the machine fell back
+        "kernel": runner.choice.kernel,
         "torch": torch.__version__,
     }
     if spec["precision"] != "fp32":
-        report["error"] = error_against_fp32(bilm, sentences, spec["precision"])
+        report["error"] = error_against_fp32(runner, sentences, spec["precision"])
     return report
 
 
 def distinct_share(sentences: list, max_batch_tokens: int) -> float:
     """Of the tokens the biLM reads (boundaries included), the share its char encoder runs on:
     each distinct token of a call once (the component's calls: ``batches_by_length``)."""
-    from spacy_elmo.network.sentences import batches_by_length
+    from spacy_elmo.network.runner import batches_by_length
 
     tokens = distinct = 0
     for batch in batches_by_length(sentences, max_batch_tokens):
@@ -214,10 +212,10 @@ def original_step_matmuls():
     exact fp32, CPU): the step loop's matmuls as it runs them."""
     import torch
 
+    from spacy_elmo.kernels.lstm_steps import StepMatmuls
     from spacy_elmo.kernels.select import select
     from spacy_elmo.network.config import BiLMConfig
     from spacy_elmo.network.lstm_layer import LstmLayer
-    from spacy_elmo.network.step_loop import StepMatmuls
 
     config = BiLMConfig.preset("original")
     layer = LstmLayer(config.projection_dim, config)
@@ -259,12 +257,12 @@ def schedule_limit(sentences: list) -> dict:
     row counts, for each of the 2 x L layers: the steps, and the words/s these matmuls allow."""
     import torch
 
-    from spacy_elmo.network.lanes import LanePlan, lane_multiple, step_lanes_for
-    from spacy_elmo.network.step_loop import Scratch
+    from spacy_elmo.kernels.lstm_steps import LanePlan, Scratch, lane_multiple, step_lanes_for
 
     config, matmuls = original_step_matmuls()
     lengths = [len(sentence) + 2 for sentence in sentences]  # with the sentence boundaries
-    width = step_lanes_for(lengths, matmuls.kernels.blocking.step_lanes, config.lstm_dim)  # as the biLM picks it
+    # as the backend picks it where rows do not depend on the row count (``Backend.step_width``)
+    width = step_lanes_for(lengths, matmuls.matmuls.blocking.step_lanes, config.lstm_dim)
     plan = LanePlan.build(lengths, width, 1, torch.device("cpu"))
     multiple = lane_multiple(config.lstm_dim)
     rows = [count for step in range(plan.n_steps) for _, count in plan.groups(step, multiple)]

@@ -5,14 +5,14 @@ from .hub.catalogue import CATALOGUE, PublishedModel
 from .hub.download import DownloadError
 from .kernels.batch_invariant import Blocking
 from .network.bilm import BiLM, BiLMOutput
-from .network.config import PRESETS, BiLMConfig, ConfigError, config_from_options
-from .network.sentences import embed_sentences, reset_state
+from .network.config import PRESETS, BiLMConfig, ConfigError
+from .network.runner import BiLMRunner, embed_sentences, reset_state
 from .pipeline.component import Elmo
 from .pipeline.extensions import install_vector_hooks, register_extensions
 from .pipeline.task_mix import ElmoEmbed, ElmoTok2Vec, TaskMix
 from .weights.elmo_for_many_langs import import_efml
 from .weights.native import WeightsError, load_bilm, save_bilm
-from .weights.original import import_original
+from .weights.original import config_from_options, import_original
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ register_extensions()
 __all__ = [
     "BiLM",
     "BiLMOutput",
+    "BiLMRunner",
     "Blocking",
     "Elmo",
     "ElmoEmbed",

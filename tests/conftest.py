@@ -42,10 +42,17 @@ def session_fixture_bilm(fixture_dir):
 
 @pytest.fixture
 def fixture_bilm(session_fixture_bilm):
-    """The fixture's biLM: its weights loaded once for the session, each test given a BiLM of its
-    own over them (``with_settings``: its own kernels, token cache and carried state), so that no
-    test sees another's settings."""
-    return session_fixture_bilm.with_settings()
+    """The fixture's biLM, loaded once for the session: a BiLM is data, which running it leaves as
+    it was (tests/test_runner.py holds that), so every test may share it."""
+    return session_fixture_bilm
+
+
+@pytest.fixture
+def fixture_runner(session_fixture_bilm):
+    """An exact fp32 runner of the fixture's biLM, each test's own (its token cache, carried state)."""
+    from spacy_elmo import BiLMRunner
+
+    return BiLMRunner(session_fixture_bilm)
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ def test_a_load_the_timings_call_slow_runs_what_was_asked_with_the_quiet_vectors
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loud = make_nlp(tiny_weights, precision=precision)
-    assert loud.get_pipe("elmo").bilm.kernels == quiet.get_pipe("elmo").bilm.kernels
+    assert loud.get_pipe("elmo").runner.backend == quiet.get_pipe("elmo").runner.backend
     np.testing.assert_array_equal(loud(TEXT)._.elmo_data, expected)
     messages = [str(w.message) for w in caught if issubclass(w.category, (SlowerPrecision, PrecisionFallback))]
     if precision != "fp32" and runs_reduced(precision):
@@ -92,7 +92,7 @@ def test_a_load_beside_processes_that_saturate_the_cores_gives_the_quiet_vectors
             for loop in loops:
                 loop.kill()
                 loop.wait()
-    assert busy.get_pipe("elmo").bilm.kernels == quiet.get_pipe("elmo").bilm.kernels
+    assert busy.get_pipe("elmo").runner.backend == quiet.get_pipe("elmo").runner.backend
     np.testing.assert_array_equal(got, expected)
 
 
@@ -109,16 +109,16 @@ def test_a_load_times_nothing(cache, monkeypatch, tiny_weights):
 
 
 def test_advice_of_a_precision_as_fast_as_fp32_says_nothing(cache):
-    kernels = select(CPU, "int8")
-    skip_where_it_falls_back("int8", kernels.choice.fell_back, kernels.choice.reason)
-    if kernels.choice.slower is not None:
+    backend = select(CPU, "int8")
+    skip_where_it_falls_back("int8", backend.choice.fell_back, backend.choice.reason)
+    if backend.choice.slower is not None:
         dot_products = [k for k in quantized.INT8_KERNELS.values() if k.needs and int8_kernel_should_be_exact(k.needs)]
         assert not dot_products, f"int8 runs fp32 sums on a CPU with {dot_products[0].needs}: a probe regressed"
-        pytest.skip(f"int8 warns here by the rule already: {kernels.choice.slower}")
+        pytest.skip(f"int8 warns here by the rule already: {backend.choice.slower}")
     advice.remember(Advice("int8", (1.3, 1.1)), SHAPES, CPU)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        advice.announce(kernels, SHAPES)
+        advice.announce(backend, SHAPES)
 
 
 def test_a_corrupt_or_foreign_entry_is_no_advice(cache):

@@ -8,9 +8,9 @@ from cpu_features import skip_where_onednn_rows_vary
 from promises import promised
 from reference_bilm import ReferenceBiLM
 
-from spacy_elmo import embed_sentences
+from spacy_elmo import BiLMRunner, embed_sentences
+from spacy_elmo.kernels.backends import Route
 from spacy_elmo.kernels.batch_invariant import Blocking
-from spacy_elmo.kernels.kernel_set import Route
 from spacy_elmo.kernels.select import select
 from spacy_elmo.network.chars import encode_sentences
 
@@ -47,43 +47,44 @@ def test_every_layer_matches_plain_reference(seeded, overrides):
 def test_stateful_matches_reference_carrying_state(seeded):
     bilm = random_bilm(cell_clip=2.0, proj_clip=2.0)
     reference = ReferenceBiLM(bilm)
+    runner = BiLMRunner(bilm)
     rows = [SENTENCES[0], SENTENCES[4]]
     states = [None, None]
     for _ in range(3):
-        got = embed_sentences(bilm, rows, stateful=True)
+        got = embed_sentences(runner, rows, stateful=True)
         for row, sentence in enumerate(rows):
             expected, states[row] = reference.embed(sentence, states[row])
             np.testing.assert_allclose(got[row], expected, rtol=0, atol=1e-5)
         rows, states = rows[::-1], states[::-1]
         with torch.inference_mode():  # swap the carried rows along with the sentences
-            bilm.carried_state.h[:] = bilm.carried_state.h.flip(2)
-            bilm.carried_state.c[:] = bilm.carried_state.c.flip(2)
+            runner.carried_state.h[:] = runner.carried_state.h.flip(2)
+            runner.carried_state.c[:] = runner.carried_state.c.flip(2)
 
 
 @pytest.mark.parametrize("residual", [True, False])
 def test_fused_path_agrees_with_step_loop(seeded, residual):
-    bilm = random_bilm("tiny", residual=residual, lstm_dim=96, projection_dim=24)
+    runner = BiLMRunner(random_bilm("tiny", residual=residual, lstm_dim=96, projection_dim=24))
     tokens = torch.randn(sum(len(s) + 2 for s in SENTENCES), 24)
     lengths = [len(s) + 2 for s in SENTENCES]
     with torch.no_grad():
-        step, _ = bilm.contextualize(tokens, lengths, path="step")
-        fused, _ = bilm.contextualize(tokens, lengths, path="fused")
+        step, _ = runner.contextualize(tokens, lengths, path="step")
+        fused, _ = runner.contextualize(tokens, lengths, path="fused")
     assert (step - fused).abs().max() < promised("fused-step")
 
 
 def test_fused_path_refuses_clipped_models():
-    bilm = random_bilm(cell_clip=3.0)
+    runner = BiLMRunner(random_bilm(cell_clip=3.0))
     with torch.no_grad(), pytest.raises(ValueError, match="clips its cells"):
-        bilm.contextualize(torch.zeros(3, 16), [3], path="fused")
+        runner.contextualize(torch.zeros(3, 16), [3], path="fused")
 
 
 @pytest.mark.parametrize("clipped", [False, True])
 def test_differentiable_path_agrees_and_trains(seeded, clipped):
     bilm = random_bilm(**({"cell_clip": 1.0, "proj_clip": 1.0} if clipped else {}))
     char_ids = torch.from_numpy(encode_sentences(SENTENCES)).long()
-    exact = bilm(char_ids)  # inference: the batch-invariant path, no gradients even where they are enabled
+    exact = BiLMRunner(bilm)(char_ids)  # inference: the batch-invariant path, no gradients even where they are enabled
     assert torch.is_grad_enabled() and not exact.layers.requires_grad
-    output = bilm.forward_for_training(char_ids)
+    output = bilm(char_ids)
     assert output.layers.requires_grad
     assert torch.equal(output.mask, exact.mask)
     assert (output.layers.detach() - exact.layers).abs().max() < 1e-5
@@ -94,25 +95,25 @@ def test_differentiable_path_agrees_and_trains(seeded, clipped):
 
 
 def test_forward_on_padded_batch(seeded):
-    bilm = random_bilm()
+    runner = BiLMRunner(random_bilm())
     char_ids = torch.from_numpy(encode_sentences(SENTENCES)).long()
     with torch.no_grad():
-        output = bilm(char_ids)
+        output = runner(char_ids)
     lengths = [len(s) + 2 for s in SENTENCES]
     assert output.layers.shape == (3, len(SENTENCES), max(lengths), 32)
     assert output.mask.sum(1).tolist() == lengths
     assert (output.layers[:, ~output.mask] == 0).all()
-    singles = [embed_sentences(bilm, [s])[0] for s in SENTENCES]
+    singles = [embed_sentences(runner, [s])[0] for s in SENTENCES]
     for row, single in enumerate(singles):
         assert np.array_equal(output.layers[:, row, 1 : lengths[row] - 1].numpy(), single)
 
 
 def test_forward_rejects_gaps():
-    bilm = random_bilm()
+    runner = BiLMRunner(random_bilm())
     char_ids = torch.from_numpy(encode_sentences([["a", "b"]])).long()
     char_ids[0, 1] = 0
     with torch.no_grad(), pytest.raises(ValueError, match="padding position before a token"):
-        bilm(char_ids)
+        runner(char_ids)
 
 
 def corpus_like_sentences(count, seed):
@@ -135,7 +136,7 @@ def kernels(request, monkeypatch):
     if request.param == "fixed-shapes":
         monkeypatch.setattr(onednn, "available", lambda device, precision="fp32": False)
     expected = Route.ONEDNN_ANY_ROWS if request.param == "onednn" else Route.FIXED_SHAPES
-    assert select(torch.device("cpu"), "fp32").route is expected  # what a fresh biLM's kernels will be
+    assert select(torch.device("cpu"), "fp32").route is expected  # what a fresh runner's backend will be
     return request.param
 
 
@@ -147,10 +148,9 @@ def kernels(request, monkeypatch):
 def test_bitwise_identical_whatever_the_batch(seeded, overrides, path, kernels):
     """The same sentence gives the same bits alone, among others, in any order, under any token
     budget, with or without the token cache."""
-    bilm = random_bilm(**overrides)
-    bilm = bilm.with_settings(lstm_path=path)
+    runner = BiLMRunner(random_bilm(**overrides), lstm_path=path)
     target = SENTENCES[4]
-    alone = embed_sentences(bilm, [target])[0]
+    alone = embed_sentences(runner, [target])[0]
     rng = random.Random(3)
     for trial in range(8):
         others = corpus_like_sentences(rng.randint(1, 70), seed=trial)
@@ -158,9 +158,9 @@ def test_bitwise_identical_whatever_the_batch(seeded, overrides, path, kernels):
         batch = others[:position] + [target] + others[position:]
         budget = rng.choice([64, 300, 100000])
         if trial % 2:
-            bilm.token_cache.capacity = 0
-        got = embed_sentences(bilm, batch, max_batch_tokens=budget)[position]
-        bilm.token_cache.capacity = 20000
+            runner.token_cache.capacity = 0
+        got = embed_sentences(runner, batch, max_batch_tokens=budget)[position]
+        runner.token_cache.capacity = 20000
         assert np.array_equal(got, alone), f"trial {trial}: {len(batch)} sentences, budget {budget}"
 
 
@@ -184,13 +184,13 @@ def test_a_row_gets_the_same_bits_at_every_position_of_a_fixed_shape_block(seede
 def test_the_last_lanes_of_a_chunk_give_the_same_bits_as_a_sentence_alone(seeded, path, kernels):
     """31 longer sentences beside it put a sentence in the last lane of a 32-lane chunk (the lane
     MKL's AVX2 sgemm computed with another kernel)."""
-    bilm = random_bilm()
-    dim = bilm.config.projection_dim
+    runner = BiLMRunner(random_bilm())
+    dim = runner.bilm.config.projection_dim
     target = torch.randn(12, dim)
     others = [torch.randn(20 + i % 5, dim) for i in range(31)]
     with torch.no_grad():
-        alone, _ = bilm.contextualize(target, [12], path=path)
-        batch, _ = bilm.contextualize(torch.cat([*others, target]), [len(o) for o in others] + [12], path=path)
+        alone, _ = runner.contextualize(target, [12], path=path)
+        batch, _ = runner.contextualize(torch.cat([*others, target]), [len(o) for o in others] + [12], path=path)
     assert torch.equal(batch[:, -12:], alone)
 
 
@@ -199,10 +199,10 @@ def test_other_blockings_agree_to_rounding(seeded):
     bilm = random_bilm(cell_clip=3.0)
     sentences = corpus_like_sentences(40, seed=5)
     baseline = embed_sentences(bilm, sentences)
-    bilm = bilm.with_settings(
-        blocking=Blocking(step_columns=16, step_lanes=8, gemm_rows=128, token_block=32, token_block_any_rows=32)
+    runner = BiLMRunner(
+        bilm, blocking=Blocking(step_columns=16, step_lanes=8, gemm_rows=128, token_block=32, token_block_any_rows=32)
     )
-    changed = embed_sentences(bilm, sentences, max_batch_tokens=200)
+    changed = embed_sentences(runner, sentences, max_batch_tokens=200)
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed))
 
 
@@ -212,19 +212,20 @@ def test_token_blocks_of_any_size_give_the_same_bits_where_rows_do_not_depend_on
     if kernels != "onednn":
         pytest.skip("fixed shapes pad every block whole: their block size is part of the result")
     bilm = random_bilm()
-    bilm.token_cache.capacity = 0
+    runner = BiLMRunner(bilm)
+    runner.token_cache.capacity = 0
     tokens = sorted({token for sentence in corpus_like_sentences(40, seed=6) for token in sentence})
     assert len(tokens) > 64
     char_ids, word_ids = bilm.encode_tokens(tokens)
     encoder = bilm.char_encoder
     blocks = []
-    encode_block = encoder._encode_block
-    encoder._encode_block = lambda ids, *rest: blocks.append(len(ids)) or encode_block(ids, *rest)
+    encode_block = encoder.encode
+    encoder.encode = lambda ids, *rest: blocks.append(len(ids)) or encode_block(ids, *rest)
     with torch.no_grad():
-        one_block = bilm.token_representations(char_ids, word_ids)
+        one_block = runner.token_representations(char_ids, word_ids)
         assert len(blocks) == 1  # the default block (256) takes them all
-        bilm = bilm.with_settings(blocking=Blocking(token_block_any_rows=32))
-        many_blocks = bilm.token_representations(char_ids, word_ids)
+        runner = runner.with_settings(blocking=Blocking(token_block_any_rows=32))
+        many_blocks = runner.token_representations(char_ids, word_ids)
     assert blocks[1:] == [32] * (len(blocks) - 1) and len(blocks) - 1 == -(-len(tokens) // 32)
     assert torch.equal(one_block, many_blocks)
 
@@ -233,8 +234,8 @@ def test_characters_cut_on_the_host_give_the_bits_of_the_whole_ids(seeded):
     """``represent_tokens`` cuts the characters after the longest token before they reach the device
     (on a GPU, cutting them there waits for it); the pad windows cut off still count, in every block."""
     bilm = random_bilm()
-    bilm.token_cache.capacity = 0
-    bilm = bilm.with_settings(blocking=Blocking(token_block=32, token_block_any_rows=32))
+    runner = BiLMRunner(bilm, blocking=Blocking(token_block=32, token_block_any_rows=32))
+    runner.token_cache.capacity = 0
     short = sorted({token for sentence in corpus_like_sentences(20, seed=3) for token in sentence})[:40]
     width = bilm.config.max_characters_per_token
     for tokens, cut in ((short, True), ([*short, "x" * 80], False)):
@@ -243,8 +244,8 @@ def test_characters_cut_on_the_host_give_the_bits_of_the_whole_ids(seeded):
         assert (cut_ids.shape[1] < width) is cut
         assert torch.equal(torch.from_numpy(cut_ids), bilm.char_encoder.trim(torch.from_numpy(chars))), "as torch cuts"
         with torch.no_grad():
-            whole = bilm.token_representations(*bilm.encode_tokens(tokens))
-        assert torch.equal(bilm.represent_tokens(tokens), whole)
+            whole = runner.token_representations(*bilm.encode_tokens(tokens))
+        assert torch.equal(runner.represent_tokens(tokens), whole)
 
 
 def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
@@ -256,15 +257,15 @@ def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
     monkeypatch.setattr(onednn, "linear", lambda *args, **kwargs: calls.append(1) or linear(*args, **kwargs))
     bilm = random_bilm(cell_clip=3.0, proj_clip=3.0)
     sentences = corpus_like_sentences(30, seed=8)
-    through_onednn = embed_sentences(bilm, sentences)
+    runner = BiLMRunner(bilm)
+    through_onednn = embed_sentences(runner, sentences)
     assert calls
     monkeypatch.setattr(onednn, "available", lambda device, precision="fp32": False)
-    assert bilm.kernels.route is Route.ONEDNN_ANY_ROWS  # selected once, on the first call, and kept
-    bilm.kernels = None  # selected again: fixed shapes now
-    bilm.token_cache.clear()
+    assert runner.backend.route is Route.ONEDNN_ANY_ROWS  # selected once, when the runner was made, and kept
+    runner = BiLMRunner(bilm)  # a new runner selects again: fixed shapes now
     calls.clear()
-    fixed = embed_sentences(bilm, sentences)
-    assert bilm.kernels.route is Route.FIXED_SHAPES
+    fixed = embed_sentences(runner, sentences)
+    assert runner.backend.route is Route.FIXED_SHAPES
     assert not calls
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(through_onednn, fixed))
 
@@ -297,7 +298,7 @@ def test_fused_path_is_nn_lstm_with_projection(seeded):
         lstm.bias_hh_l0.zero_()
         tokens = torch.randn(7, 16)
         expected, _ = lstm(tokens.unsqueeze(0))
-        layers, _ = bilm.contextualize(tokens, [7], path="fused")
+        layers, _ = BiLMRunner(bilm).contextualize(tokens, [7], path="fused")
     assert (layers[1, :, :16] - expected[0]).abs().max() < 1e-6
 
 
@@ -309,12 +310,11 @@ def test_bitwise_identical_at_original_size(clipped, path, kernels):
 
     torch.manual_seed(0)
     config = BiLMConfig.preset("original") if clipped else BiLMConfig.preset("original", cell_clip=None, proj_clip=None)
-    bilm = BiLM(config).eval()
-    bilm = bilm.with_settings(lstm_path=path)
+    runner = BiLMRunner(BiLM(config).eval(), lstm_path=path)
     target = SENTENCES[0]
-    alone = embed_sentences(bilm, [target])[0]
+    alone = embed_sentences(runner, [target])[0]
     others = corpus_like_sentences(24, seed=11)
-    got = embed_sentences(bilm, others[:9] + [target] + others[9:])[9]
+    got = embed_sentences(runner, others[:9] + [target] + others[9:])[9]
     assert np.array_equal(got, alone)
 
 
@@ -340,25 +340,39 @@ def test_loading_weights_does_not_import_sympy(tmp_path):
     assert result.stdout.strip() == "False"
 
 
-def test_a_bilm_runs_one_way_and_with_settings_gives_another_over_the_same_weights():
-    """How a BiLM runs is fixed when it is made: no setter changes it under a caller; another BiLM
-    over the same weights runs another way, with kernels, caches and carried state of its own; a
-    pickled one keeps the precision asked for."""
+def test_runners_over_one_bilm_run_their_own_ways_and_share_its_weights():
+    """How a runner runs is fixed when it is made; the BiLM holds no run settings, caches or state.
+    Two runners over one BiLM run different ways, with backends, caches and carried state of their
+    own, over the BiLM's weights (shared, not copied, and unchanged by running); a pickled runner
+    keeps the precision asked for."""
     import pickle
 
     bilm = random_bilm()
-    for name, value in (("precision", "int8"), ("lstm_path", "step"), ("blocking", Blocking())):
-        with pytest.raises(AttributeError, match=rf"bilm = bilm.with_settings\({name}="):
-            setattr(bilm, name, value)
-    other = bilm.with_settings(precision="int8", lstm_path="step")
-    assert (other.precision, other.lstm_path, bilm.precision, bilm.lstm_path) == ("int8", "step", "fp32", "auto")
-    assert other.forward_layers[0].weight_ih is bilm.forward_layers[0].weight_ih, "the weights are shared"
-    assert other.token_cache is not bilm.token_cache and other.cuda_graphs is not bilm.cuda_graphs
+    weights = {name: tensor.clone() for name, tensor in bilm.state_dict().items()}
+    for name in ("precision", "lstm_path", "blocking", "token_cache", "carried_state", "kernels"):
+        assert not hasattr(bilm, name), name
+    runner = BiLMRunner(bilm)
+    with pytest.raises(AttributeError):
+        runner.precision = "int8"  # what runs is the backend's, chosen when the runner was made
+    other = runner.with_settings(precision="int8", lstm_path="step")
+    assert (other.precision, other.lstm_path, runner.precision, runner.lstm_path) == ("int8", "step", "fp32", "auto")
+    assert other.bilm is bilm and runner.bilm is bilm
+    assert other.bilm.forward_layers[0].weight_ih is bilm.forward_layers[0].weight_ih, "the weights are shared"
+    assert other.backend is not runner.backend and other.token_cache is not runner.token_cache
+    if runner.call_graphs is not None:
+        assert other.call_graphs is not runner.call_graphs
     reduced = embed_sentences(other, SENTENCES[:2], stateful=True)
-    assert other.carried_state is not None and bilm.carried_state is None
-    assert not np.array_equal(reduced[0], embed_sentences(bilm, SENTENCES[:1])[0])
+    assert other.carried_state is not None and runner.carried_state is None
+    assert not np.array_equal(reduced[0], embed_sentences(runner, SENTENCES[:1])[0])
+    assert (len(other.token_cache), len(runner.token_cache)) == (17, 12), "each runner caches its own tokens"
+    for name, tensor in bilm.state_dict().items():
+        assert torch.equal(tensor, weights[name]), f"running changed {name}"
     again = pickle.loads(pickle.dumps(other))
     np.testing.assert_array_equal(embed_sentences(again, SENTENCES[:1])[0], embed_sentences(other, SENTENCES[:1])[0])
-    assert again.precision == "int8"
+    assert (again.precision, again.lstm_path) == ("int8", "step")
+    with pytest.raises(TypeError, match="Stateful calls carry LSTM state"):
+        embed_sentences(bilm, SENTENCES[:1], stateful=True)
     with pytest.raises(ValueError, match="lstm_path must be one of auto, step, fused, got 'fast'"):
-        bilm.with_settings(lstm_path="fast")
+        runner.with_settings(lstm_path="fast")
+    with pytest.raises(ValueError, match="lstm_path must be one of auto, step, fused, got 'fast'"):
+        BiLMRunner(bilm, lstm_path="fast")

@@ -1,3 +1,4 @@
+import dataclasses
 import pickle
 import subprocess
 import sys
@@ -9,7 +10,8 @@ import spacy
 from conftest import make_nlp, random_bilm
 from spacy.tokens import Doc, DocBin
 
-from spacy_elmo import embed_sentences, install_vector_hooks, load_bilm, save_bilm
+from spacy_elmo import BiLMRunner, embed_sentences, install_vector_hooks, load_bilm, save_bilm
+from spacy_elmo.pipeline.bilm_layer import encoder_of
 
 TEXT = "The bank raised its rates. We sat on the bank of the river and watched the boats."
 
@@ -140,9 +142,11 @@ def test_the_pipeline_pickles_and_its_copy_gives_the_same_bits_from_empty_caches
     expected = nlp(TEXT)._.elmo_data
     copy = pickle.loads(pickle.dumps(nlp))
     elmo = copy.get_pipe("elmo")
-    assert len(elmo.bilm.token_cache) == 0 and elmo._sentences._tokens == 0, "caches are rebuilt, not copied"
-    assert elmo.bilm.kernels is not None, "the copy selects its kernels when it is unpickled, not in a call"
-    assert elmo.bilm.precision == nlp.get_pipe("elmo").bilm.precision
+    made = encoder_of(elmo.model).runner  # read before elmo.runner, which would make one
+    assert made is not None and made.backend is not None, "the copy selects its backend when it is unpickled"
+    assert elmo.runner is made, "not in a call"
+    assert len(elmo.runner.token_cache) == 0 and elmo._sentences._tokens == 0, "caches are rebuilt, not copied"
+    assert elmo.runner.precision == nlp.get_pipe("elmo").runner.precision
     assert np.array_equal(copy(TEXT)._.elmo_data, expected)
 
 
@@ -320,13 +324,13 @@ def test_sentence_cache_is_exact_bounded_and_follows_the_weights(tiny_weights, t
 def test_the_caches_are_bounded_in_bytes_by_their_settings(tiny_weights):
     nlp = make_nlp(tiny_weights, sentence_cache_tokens=100000, sentence_cache_mb=0.01, token_cache_mb=0.001)
     elmo = nlp.get_pipe("elmo")
-    token_bound, sentence_bound = elmo.bilm.token_cache.max_bytes, elmo._sentences.max_bytes
+    token_bound, sentence_bound = elmo.runner.token_cache.max_bytes, elmo._sentences.max_bytes
     assert (token_bound, sentence_bound) == (1048, 10485)
     texts = [f"Sentence {i} has words{i} and more{i} in it." for i in range(30)]
     for text in texts:  # one at a time: each call's tokens fit the token cache
         doc = nlp(text)
-        assert elmo._sentences.nbytes <= sentence_bound and elmo.bilm.token_cache.nbytes <= token_bound
-    assert len(elmo.bilm.token_cache) == token_bound // (elmo.bilm.config.projection_dim * 4)
+        assert elmo._sentences.nbytes <= sentence_bound and elmo.runner.token_cache.nbytes <= token_bound
+    assert len(elmo.runner.token_cache) == token_bound // (elmo.bilm.config.projection_dim * 4)
     assert elmo._sentences.nbytes > sentence_bound // 2, "the cache is used up to its bound"
     assert np.array_equal(doc._.elmo_data, make_nlp(tiny_weights)(texts[-1])._.elmo_data)
     for bad in (-1, -0.5):
@@ -335,13 +339,12 @@ def test_the_caches_are_bounded_in_bytes_by_their_settings(tiny_weights):
 
 
 def test_sentence_cache_follows_the_precision(tiny_weights):
-    from spacy_elmo.pipeline.bilm_layer import set_bilm
-
     nlp = make_nlp(tiny_weights, sentence_cache_tokens=1000)
     text = "The cat sat on the mat."
     exact = nlp(text)._.elmo_data
     elmo = nlp.get_pipe("elmo")
-    set_bilm(elmo.model, elmo.bilm.with_settings(precision="int8"))  # the biLM made to run another way
+    # the biLM made to run another way: the component's runner follows its settings (elmo.runner)
+    elmo.settings = dataclasses.replace(elmo.settings, precision="int8")
     reduced = nlp(text)._.elmo_data
     assert np.array_equal(reduced, make_nlp(tiny_weights, precision="int8")(text)._.elmo_data)
     assert not np.array_equal(reduced, exact), "int8 layers, not the fp32 ones cached before"
@@ -351,11 +354,11 @@ def test_the_sentence_cache_hands_out_layers_only_in_the_dtype_they_were_kept_in
     """On a GPU float16 layers arrive rounded; a float32 call (fit_centering's) must not get them."""
     from spacy_elmo.pipeline.sentence_cache import SentenceCache
 
-    bilm, sentence = random_bilm(), ("The", "cat")
-    cache = SentenceCache(capacity=100).for_model(bilm, np.float16)
+    runner, sentence = BiLMRunner(random_bilm()), ("The", "cat")
+    cache = SentenceCache(capacity=100).for_model(runner, np.float16)
     cache.put(sentence, np.zeros((3, 2, 8), dtype=np.float16))
-    assert cache.for_model(bilm, np.float16).get(sentence) is not None
-    assert cache.for_model(bilm, np.float32).get(sentence) is None
+    assert cache.for_model(runner, np.float16).get(sentence) is not None
+    assert cache.for_model(runner, np.float32).get(sentence) is None
 
 
 def test_each_batch_is_queued_before_the_one_before_is_waited_for(tiny_weights, monkeypatch):

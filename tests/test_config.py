@@ -108,8 +108,7 @@ def test_vocabulary_fields_only_in_dicts_when_used():
 
 
 def test_elmoformanylangs_network():
-    from spacy_elmo.network.config import config_from_efml
-    from spacy_elmo.weights.elmo_for_many_langs import PUBLISHED_NETWORKS
+    from spacy_elmo.weights.elmo_for_many_langs import PUBLISHED_NETWORKS, config_from_efml
 
     config = config_from_efml(
         PUBLISHED_NETWORKS["cnn_50_100_512_4096_sample.json"], n_characters=101, word_vocab_size=70

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from spacy_elmo.kernels.cuda_math import ieee_fp32
+from spacy_elmo.kernels.devices import ieee_fp32
 
 CUDA = torch.device("cuda")
 

@@ -24,7 +24,7 @@ UPOS_ELMO = config_path("upos-elmo")
 
 def precisions_seen_in_training(monkeypatch, config_overrides, output: Path) -> set:
     """spacy train (in this process) of the shipped +ELMo UPOS config; the precisions the elmo
-    component's biLM ran in while training and evaluating on dev."""
+    component ran its biLM in while training and evaluating on dev."""
     from spacy.cli.train import train
 
     seen = set()
@@ -32,7 +32,7 @@ def precisions_seen_in_training(monkeypatch, config_overrides, output: Path) -> 
 
     def spied(self, docs):
         layers = predict(self, docs)
-        seen.add(self.bilm.precision)
+        seen.add(self.runner.precision)
         return layers
 
     monkeypatch.setattr(Elmo, "predict", spied)
@@ -54,7 +54,7 @@ def test_the_precision_reaches_the_sourced_component_only_through_the_pipeline(
     assert precisions_seen_in_training(monkeypatch, {**data, "paths.elmo": str(int8)}, tmp_path / "int8") == {"int8"}
     trained = spacy.load(tmp_path / "int8" / "model-best")
     trained("The cat sat on the mat .")
-    assert trained.get_pipe("elmo").settings.precision == "int8" and trained.get_pipe("elmo").bilm.precision == "int8"
+    assert trained.get_pipe("elmo").settings.precision == "int8" and trained.get_pipe("elmo").runner.precision == "int8"
     source, copy = spacy.load(tiny_elmo_pipeline), spacy.load(int8)
     assert source.get_pipe("elmo").settings.precision == "fp32", "the source pipeline is left as it was"
     weights = [p.detach().numpy() for p in source.get_pipe("elmo").bilm.parameters()]

@@ -6,10 +6,11 @@ import torch
 from conftest import make_nlp, random_bilm
 from promises import promised
 
-from spacy_elmo import embed_sentences
+from spacy_elmo import BiLMRunner, embed_sentences
 from spacy_elmo.kernels import quantized
-from spacy_elmo.kernels.kernel_set import Route
-from spacy_elmo.network.gpu_graphs import CallGraphs
+from spacy_elmo.kernels.backends import Route
+from spacy_elmo.kernels.gpu_stacks import CallGraphs
+from spacy_elmo.network.token_cache import TokenCache
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -62,13 +63,11 @@ def _corpus_sentences(count):
 def test_the_triton_kernels_run_on_cuda_in_fp32_and_bf16():
     bilm = random_bilm().cuda()
     for precision in ("fp32", "bf16"):
-        bilm = bilm.with_settings(precision=precision)
-        kernels = bilm.kernels_for_run()
-        assert kernels.route is Route.TRITON and kernels.gpu.precision == precision
-    bilm = bilm.with_settings(precision="int8")
-    kernels = bilm.kernels_for_run()
-    assert kernels.gpu is None and kernels.route is Route.INT8  # int8 runs torch._int_mm
-    assert kernels.int8 is quantized.INT8_KERNELS["int_mm"]
+        backend = BiLMRunner(bilm, precision=precision).backend
+        assert backend.route is Route.TRITON and backend.gpu.precision == precision
+    backend = BiLMRunner(bilm, precision="int8").backend
+    assert backend.gpu is None and backend.route is Route.INT8  # int8 runs torch._int_mm
+    assert backend.int8 is quantized.INT8_KERNELS["int_mm"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -77,12 +76,11 @@ def test_a_sentence_gets_its_bits_alone_and_inside_64_and_1000(precision):
     for one sentence, 64 and 1,000 (which run at their own lane counts and token counts)."""
     torch.manual_seed(0)
     bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
-    bilm = bilm.with_settings(precision=precision)
-    bilm.token_cache.capacity = 0
+    runner = BiLMRunner(bilm, precision=precision, token_cache=TokenCache(capacity=0))
     sentences = _corpus_sentences(1000)
-    alone = [embed_sentences(bilm, [sentence])[0] for sentence in sentences[:6]]
+    alone = [embed_sentences(runner, [sentence])[0] for sentence in sentences[:6]]
     for count, budget in ((64, 4096), (1000, 32768)):
-        together = embed_sentences(bilm, sentences[:count], max_batch_tokens=budget)
+        together = embed_sentences(runner, sentences[:count], max_batch_tokens=budget)
         for index, layers in enumerate(alone):
             assert np.array_equal(together[index], layers), (count, index)
 
@@ -93,15 +91,14 @@ def test_a_graph_replays_the_bits_of_the_kernels_launched_one_by_one(precision):
     captured (the capture's own run answers), then replayed; every time the same bits."""
     torch.manual_seed(0)
     bilm = random_bilm("mini", cell_clip=3.0, proj_clip=3.0).cuda()
-    bilm = bilm.with_settings(precision=precision)
-    bilm.token_cache.capacity = 0
+    runner = BiLMRunner(bilm, precision=precision, token_cache=TokenCache(capacity=0))
     corpus = _corpus_sentences(300)
     calls = [[s] for s in corpus[:5] + [["a"], SENTENCES[1]]] + [corpus[:64], corpus]
     launched = {}
     for graphs in (False, True):
-        bilm.cuda_graphs = CallGraphs() if graphs else None
-        launched[graphs] = [embed_sentences(bilm, call, max_batch_tokens=32768) for call in calls for _ in range(3)]
-    graphs = bilm.cuda_graphs
+        runner.call_graphs = CallGraphs() if graphs else None
+        launched[graphs] = [embed_sentences(runner, call, max_batch_tokens=32768) for call in calls for _ in range(3)]
+    graphs = runner.call_graphs
     assert graphs.failed is None
     assert max(graphs.sizes()) >= sum(len(s) + 2 for s in corpus), "the call of 300 sentences replays a graph"
     for eager, replayed in zip(launched[False], launched[True]):
@@ -122,15 +119,16 @@ def test_gpu_matches_cpu_within_the_promise_on_real_text_in_fp32():
 
 
 def test_stateful_calls_on_gpu_carry_the_state_as_on_cpu():
-    from spacy_elmo.network.sentences import reset_state
-
     torch.manual_seed(0)
     bilm = random_bilm(cell_clip=3.0, proj_clip=3.0)
+    runner = BiLMRunner(bilm)
     calls = [SENTENCES[:2], [["and", "then"], ["more", "words", "here"], ["x"]]]
-    on_cpu = [embed_sentences(bilm, call, stateful=True) for call in calls]
-    reset_state(bilm)
+    on_cpu = [embed_sentences(runner, call, stateful=True) for call in calls]
     bilm.cuda()
-    on_gpu = [embed_sentences(bilm, call, stateful=True) for call in calls]
+    # a runner runs on the device it was made for: the GPU's is another, which starts from no state
+    runner = runner.with_settings()
+    assert runner.backend.device.type == "cuda" and runner.carried_state is None
+    on_gpu = [embed_sentences(runner, call, stateful=True) for call in calls]
     for cpu_call, gpu_call in zip(on_cpu, on_gpu):
         for a, b in zip(cpu_call, gpu_call):
             np.testing.assert_allclose(b, a, rtol=0, atol=promised("gpu-cpu"))
@@ -139,25 +137,24 @@ def test_stateful_calls_on_gpu_carry_the_state_as_on_cpu():
 @pytest.mark.parametrize("path", ["step", "fused"])
 def test_bitwise_identical_whatever_the_batch_on_gpu(path):
     torch.manual_seed(0)
-    bilm = random_bilm().cuda()
-    bilm = bilm.with_settings(lstm_path=path)
-    alone = embed_sentences(bilm, [SENTENCES[1]])[0]
+    runner = BiLMRunner(random_bilm().cuda(), lstm_path=path)
+    alone = embed_sentences(runner, [SENTENCES[1]])[0]
     batch = [SENTENCES[0]] * 40 + [SENTENCES[1]] + [SENTENCES[0][:2]] * 300
-    assert np.array_equal(embed_sentences(bilm, batch)[40], alone)
+    assert np.array_equal(embed_sentences(runner, batch)[40], alone)
 
 
 def test_fused_agrees_with_step_loop_on_gpu_even_where_the_process_allows_tf32():
     """cuDNN's LSTM takes TF32 by default (1.3e-4 apart from the step loop on an H100); inference
     switches it off for its calls, whatever the process asked for, and puts that back."""
     torch.manual_seed(0)
-    bilm = random_bilm(lstm_dim=256, projection_dim=64).cuda()
+    runner = BiLMRunner(random_bilm(lstm_dim=256, projection_dim=64).cuda())
     tokens = torch.randn(40, 64, device="cuda")
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
         with torch.no_grad():
-            step, _ = bilm.contextualize(tokens, [10, 30], path="step")
-            fused, _ = bilm.contextualize(tokens, [10, 30], path="fused")
+            step, _ = runner.contextualize(tokens, [10, 30], path="step")
+            fused, _ = runner.contextualize(tokens, [10, 30], path="fused")
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (True, True)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
@@ -199,7 +196,7 @@ def test_a_warm_call_queues_its_batches_without_waiting_for_the_gpu(tiny_weights
 
     nlp = make_nlp(tiny_weights, max_batch_tokens=64)
     if token_cache == "none":
-        nlp.get_pipe("elmo").bilm.token_cache.capacity = 0
+        nlp.get_pipe("elmo").runner.token_cache.capacity = 0
     docs = [nlp(" ".join(sentence) + " " + TEXT) for sentence in _corpus_sentences(40)]
     elmo = nlp.get_pipe("elmo")
     for _ in range(3):  # compiled, then captured as graphs

@@ -1,4 +1,4 @@
-"""When a call replays a CUDA graph, and which graphs a model keeps (``network.gpu_graphs``), with
+"""When a call replays a CUDA graph, and which graphs a model keeps (``kernels.gpu_stacks``), with
 the capture stood in for: on the CPU, no CUDA needed. That replays give the kernels' bits is
 tests/test_gpu.py's (on a GPU)."""
 
@@ -7,9 +7,8 @@ from types import SimpleNamespace
 import torch
 from promises import promised
 
-from spacy_elmo.kernels.row_buckets import bucket_rows
-from spacy_elmo.network.gpu_graphs import MOST_GRAPH_BYTES, CallGraphs, Captured
-from spacy_elmo.network.gpu_stacks import Stacks
+from spacy_elmo.kernels.gpu_stacks import MOST_GRAPH_BYTES, CallGraphs, Captured, Stacks
+from spacy_elmo.kernels.onednn import bucket_rows
 
 OPS = SimpleNamespace(precision="fp32")
 STACKS = Stacks(pairs=(), clips=(None, None), residual=True)
@@ -81,12 +80,12 @@ def test_a_models_graphs_keep_at_most_the_documented_memory():
 
 
 def test_a_shape_met_once_long_ago_is_forgotten():
-    from spacy_elmo.network import gpu_graphs
+    from spacy_elmo.kernels import gpu_stacks
 
     graphs = CallGraphs()
     made = counted_captures(graphs)
     call(graphs, [5])
-    for clip in range(1, gpu_graphs.SIGHTINGS + 1):  # as many other buckets, each met once
+    for clip in range(1, gpu_stacks.SIGHTINGS + 1):  # as many other buckets, each met once
         call(graphs, [5], Stacks(pairs=(), clips=(float(clip), None), residual=True))
     assert call(graphs, [5]) is None and made == [], "met once again, not twice"
     assert call(graphs, [5]) is not None and len(made) == 1

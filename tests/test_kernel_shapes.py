@@ -1,5 +1,5 @@
 """A long run meets a bounded number of matmul shapes: oneDNN compiles and keeps a kernel per shape,
-so every row count it is given must be one of ``row_buckets``' sizes."""
+so every row count it is given must be one of ``onednn.bucket_rows``' sizes."""
 
 import re
 import subprocess
@@ -13,7 +13,7 @@ from cpu_features import int8_kernel_should_be_exact, onednn_rows_should_hold, s
 from promises import promised
 
 from spacy_elmo.kernels import onednn, quantized
-from spacy_elmo.kernels.row_buckets import bucket_rows, padded_to_bucket
+from spacy_elmo.kernels.onednn import bucket_rows, padded_to_bucket
 
 
 def test_bucket_sizes_cover_every_count_with_at_most_a_quarter_more_rows():

@@ -7,11 +7,10 @@ import torch
 from cpu_features import cpu_has_instructions_for, onednn_rows_should_hold
 from promises import promised
 
-from spacy_elmo.kernels import onednn, probes
-from spacy_elmo.kernels.kernel_set import Route
+from spacy_elmo.kernels import machine, onednn
+from spacy_elmo.kernels.backends import Route
+from spacy_elmo.kernels.lstm_steps import LanePlan, Scratch, lane_multiple, step_lanes_for
 from spacy_elmo.kernels.select import select
-from spacy_elmo.network.lanes import LanePlan, lane_multiple, step_lanes_for
-from spacy_elmo.network.step_loop import Scratch
 
 # Skipped only where the probe says rows vary and this torch or CPU agrees they may; elsewhere a
 # failing probe lets these tests run, and fail
@@ -59,7 +58,7 @@ def test_long_sums_run_whole_where_the_probe_passes_else_in_blocks(monkeypatch, 
         for rows in (1, 2, 17):
             assert torch.equal(onednn.linear(x[:rows], weight, "fp32", reordered), every_row[:rows])
     monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: False)
-    monkeypatch.setattr(probes, "_ANSWERS", {})
+    monkeypatch.setattr(machine, "_ANSWERS", {})
     blocked = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
     most = int(promised("sum-block"))  # docs/determinism.md: blocks of at most 512 terms
     assert [block.shape[1] for block in onednn.reordered_blocks(blocked)] == [most, most, 1300 - 2 * most]
@@ -94,7 +93,7 @@ def test_the_whole_sum_probe_does_not_trust_a_sparse_weight(monkeypatch):
     """A zero weight gives zeros in any summation order: the probe runs on a random weight of the
     same shape instead, so its verdict holds for the other weights of that shape."""
     probed = []
-    monkeypatch.setattr(probes, "_ANSWERS", {})
+    monkeypatch.setattr(machine, "_ANSWERS", {})
     monkeypatch.setattr(onednn, "_rows_agree_on_every_thread_count", lambda weight, counts: probed.append(weight))
     onednn.whole_sums_invariant(torch.zeros(48, 1100), "plain")
     assert probed[0].shape == (48, 1100) and bool(probed[0].count_nonzero() > 48 * 1100 // 2)
@@ -104,7 +103,7 @@ def test_the_whole_sum_probe_does_not_trust_a_sparse_weight(monkeypatch):
 
 
 def test_probed_thread_counts_cover_one_to_the_core_count():
-    counts = probes.probed_thread_counts()
+    counts = machine.probed_thread_counts()
     assert counts[0] == 1 and torch.get_num_threads() in counts
     assert max(counts) >= (os.cpu_count() or 1)
 
@@ -188,14 +187,14 @@ def test_scratch_hands_out_one_buffer_and_grows_it_when_asked_for_more():
 
 
 @needs_onednn
-def test_kernels_linear_writes_into_the_buffer_it_is_given_with_the_bias():
-    kernels = select(torch.device("cpu"), "fp32")
-    assert kernels.route is Route.ONEDNN_ANY_ROWS
+def test_backend_linear_writes_into_the_buffer_it_is_given_with_the_bias():
+    backend = select(torch.device("cpu"), "fp32")
+    assert backend.route is Route.ONEDNN_ANY_ROWS
     generator = torch.Generator().manual_seed(5)
     x, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((9, 64), (48, 64), (48,)))
-    fresh = kernels.linear(x, weight, bias, rows=4)
+    fresh = backend.linear(x, weight, bias, rows=4)
     buffer = torch.full((9, 48), float("nan"))
-    written = kernels.linear(x, weight, bias, rows=4, out=buffer)
+    written = backend.linear(x, weight, bias, rows=4, out=buffer)
     assert written.data_ptr() == buffer.data_ptr() and torch.equal(written, fresh)
     assert torch.allclose(fresh, x @ weight.t() + bias, atol=1e-5)
 
@@ -210,13 +209,13 @@ def test_a_torch_whose_private_ops_fail_takes_the_public_path(monkeypatch, error
 
     monkeypatch.setattr(onednn, "_reorder", gone)
     monkeypatch.setattr(onednn, "_linear_blocks", gone)
-    monkeypatch.setattr(probes, "_ANSWERS", {})  # every probe runs again (the old answers come back after)
+    monkeypatch.setattr(machine, "_ANSWERS", {})  # every probe runs again (the old answers come back after)
     assert not onednn.available(torch.device("cpu")) and not onednn.bf16_runs()
-    kernels = select(torch.device("cpu"), "fp32")
-    assert (kernels.runs, kernels.choice.kernel, kernels.route) == (
+    backend = select(torch.device("cpu"), "fp32")
+    assert (backend.runs, backend.choice.kernel, backend.route) == (
         "fp32",
         "MKL fp32 on fixed shapes",
         Route.FIXED_SHAPES,
     )
     x, weight = torch.randn(5, 64), torch.randn(8, 64)
-    torch.testing.assert_close(kernels.linear(x, weight), x @ weight.t(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(backend.linear(x, weight), x @ weight.t(), rtol=1e-5, atol=1e-5)

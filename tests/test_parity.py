@@ -24,14 +24,14 @@ def as_directions(layers):
 
 
 @pytest.mark.parametrize("path", ["invariant", "differentiable"])
-def test_token_representations_match_original(fixture_dir, fixture_bilm, path):
+def test_token_representations_match_original(fixture_dir, fixture_bilm, fixture_runner, path):
     vocab = (fixture_dir / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
     with h5py.File(fixture_dir / "elmo_token_embeddings.hdf5", "r") as handle:
         expected = handle["embedding"][...]
     assert len(vocab) == expected.shape[0]
     char_ids = torch.from_numpy(encode_tokens(vocab)).long()
     if path == "invariant":  # inference: batch-invariant kernels, no gradients
-        got = fixture_bilm.token_representations(char_ids)
+        got = fixture_runner.token_representations(char_ids)
         assert not got.requires_grad
     else:  # training: the char encoder's autograd forward
         got = fixture_bilm.char_encoder(char_ids)
@@ -47,18 +47,18 @@ def test_first_sentence_of_each_stream_stateless(fixture_dir, fixture_bilm, fixt
         assert np.abs(as_directions(layers) - expected).max() < TOLERANCE
 
 
-def test_all_sentences_stateful_three_rows_per_batch(fixture_dir, fixture_bilm, fixture_sentences):
-    reset_state(fixture_bilm)
+def test_all_sentences_stateful_three_rows_per_batch(fixture_dir, fixture_runner, fixture_sentences):
+    reset_state(fixture_runner)
     try:
         worst = 0.0
         for index in range(10):
             batch = [stream[index] for stream in fixture_sentences]
-            for stream, layers in enumerate(embed_sentences(fixture_bilm, batch, stateful=True)):
+            for stream, layers in enumerate(embed_sentences(fixture_runner, batch, stateful=True)):
                 error = np.abs(as_directions(layers) - reference_top_layer(fixture_dir, stream, index)).max()
                 worst = max(worst, error)
         assert worst < TOLERANCE
     finally:
-        reset_state(fixture_bilm)
+        reset_state(fixture_runner)
 
 
 def test_later_sentences_need_the_carried_state(fixture_dir, fixture_bilm, fixture_sentences):
@@ -84,19 +84,19 @@ def test_architecture_details_matter(fixture_dir, fixture_bilm, fixture_sentence
     assert np.abs(as_directions(layers) - reference_top_layer(fixture_dir, 0, 0)).max() > 1e-2
 
 
-def test_stateful_rows_continue_independently(fixture_bilm, fixture_sentences):
+def test_stateful_rows_continue_independently(fixture_runner, fixture_sentences):
     """Row i of a stateful call continues row i of the previous one, also when later calls have
     fewer rows; reset_state starts afresh."""
     streams = fixture_sentences
-    reset_state(fixture_bilm)
-    embed_sentences(fixture_bilm, [streams[0][0], streams[1][0]], stateful=True)
-    second = embed_sentences(fixture_bilm, [streams[0][1]], stateful=True)[0]
-    reset_state(fixture_bilm)
-    embed_sentences(fixture_bilm, [streams[0][0]], stateful=True)
-    alone = embed_sentences(fixture_bilm, [streams[0][1]], stateful=True)[0]
-    reset_state(fixture_bilm)
-    fresh = embed_sentences(fixture_bilm, [streams[0][1]], stateful=True)[0]
-    reset_state(fixture_bilm)
+    reset_state(fixture_runner)
+    embed_sentences(fixture_runner, [streams[0][0], streams[1][0]], stateful=True)
+    second = embed_sentences(fixture_runner, [streams[0][1]], stateful=True)[0]
+    reset_state(fixture_runner)
+    embed_sentences(fixture_runner, [streams[0][0]], stateful=True)
+    alone = embed_sentences(fixture_runner, [streams[0][1]], stateful=True)[0]
+    reset_state(fixture_runner)
+    fresh = embed_sentences(fixture_runner, [streams[0][1]], stateful=True)[0]
+    reset_state(fixture_runner)
     assert np.array_equal(second, alone)
     assert not np.allclose(second, fresh)
-    assert np.array_equal(fresh, embed_sentences(fixture_bilm, [streams[0][1]])[0])
+    assert np.array_equal(fresh, embed_sentences(fixture_runner, [streams[0][1]])[0])

@@ -10,7 +10,7 @@ from conftest import make_nlp, random_bilm, run_cli
 from cpu_features import cpu_has_instructions_for, int8_kernel_should_be_exact
 from promises import promised
 
-from spacy_elmo import embed_sentences
+from spacy_elmo import BiLMRunner, embed_sentences
 from spacy_elmo.kernels import quantized
 from spacy_elmo.kernels.select import select
 
@@ -48,8 +48,8 @@ def cosines(a, b):
 
 def assert_close_to_fp32(bilm, sentences):
     """bf16 within 2% of the largest fp32 value and cosine >= 0.999 for every token of every layer."""
-    exact = embed_sentences(bilm.with_settings(precision="fp32"), sentences)
-    reduced = embed_sentences(bilm.with_settings(precision="bf16"), sentences)
+    exact = embed_sentences(BiLMRunner(bilm, precision="fp32"), sentences)
+    reduced = embed_sentences(BiLMRunner(bilm, precision="bf16"), sentences)
     for want, got in zip(exact, reduced):
         assert not np.array_equal(want, got), "bf16 should actually run in bf16"
         assert np.abs(want - got).max() <= 0.02 * np.abs(want).max()
@@ -58,8 +58,8 @@ def assert_close_to_fp32(bilm, sentences):
 
 def layer_errors(bilm, sentences, precision):
     """Per layer, over every token: (max |precision - fp32|, lowest cosine of a token's vectors)."""
-    exact = np.concatenate(embed_sentences(bilm.with_settings(precision="fp32"), sentences), axis=1)
-    reduced = np.concatenate(embed_sentences(bilm.with_settings(precision=precision), sentences), axis=1)
+    exact = np.concatenate(embed_sentences(BiLMRunner(bilm, precision="fp32"), sentences), axis=1)
+    reduced = np.concatenate(embed_sentences(BiLMRunner(bilm, precision=precision), sentences), axis=1)
     assert not np.array_equal(exact, reduced), f"{precision} should actually run in {precision}"
     return [(np.abs(want - got).max(), cosines(want, got).min()) for want, got in zip(exact, reduced)]
 
@@ -98,15 +98,14 @@ def test_results_do_not_depend_on_batch_companions(precision):
     """Alone, or among sentences of other lengths, under any token budget, with or without the
     token cache: the same bits."""
     torch.manual_seed(6)
-    bilm = random_bilm("tiny")
-    bilm = bilm.with_settings(precision=precision)
-    alone = [embed_sentences(bilm, [sentence])[0] for sentence in SENTENCES]
+    runner = BiLMRunner(random_bilm("tiny"), precision=precision)
+    alone = [embed_sentences(runner, [sentence])[0] for sentence in SENTENCES]
     words = [word for sentence in SENTENCES for word in sentence]
     rng = random.Random(3)
     for trial, budget in enumerate((16, 300, 100000)):
         others = [rng.choices(words, k=rng.randint(1, 20)) for _ in range(16)]
-        bilm.token_cache.capacity = 0 if trial % 2 else 20000
-        together = embed_sentences(bilm, others[:8] + SENTENCES + others[8:], max_batch_tokens=budget)
+        runner.token_cache.capacity = 0 if trial % 2 else 20000
+        together = embed_sentences(runner, others[:8] + SENTENCES + others[8:], max_batch_tokens=budget)
         for want, got in zip(alone, together[8:11]):
             np.testing.assert_array_equal(got, want)
 
@@ -117,21 +116,20 @@ def test_int8_results_do_not_depend_on_batch_companions_at_original_size():
     from spacy_elmo import BiLM, BiLMConfig
 
     torch.manual_seed(0)
-    bilm = BiLM(BiLMConfig.preset("original")).eval()
-    bilm = bilm.with_settings(precision="int8")
-    alone = embed_sentences(bilm, [SENTENCES[0]])[0]
+    runner = BiLMRunner(BiLM(BiLMConfig.preset("original")).eval(), precision="int8")
+    alone = embed_sentences(runner, [SENTENCES[0]])[0]
     others = [SENTENCES[1][:length] for length in range(1, 10)] * 3
-    np.testing.assert_array_equal(embed_sentences(bilm, others[:9] + [SENTENCES[0]] + others[9:])[9], alone)
+    np.testing.assert_array_equal(embed_sentences(runner, others[:9] + [SENTENCES[0]] + others[9:])[9], alone)
 
 
 @pytest.mark.parametrize("precision", REDUCED)
 def test_switching_back_to_fp32_is_exact_again(precision):
-    """A biLM made to run in fp32 again from one that ran a reduced precision (and filled its token
+    """A runner made to run in fp32 again from one that ran a reduced precision (and filled its token
     cache with that precision's rows) gives exact fp32's bits."""
     torch.manual_seed(7)
     bilm = random_bilm("tiny")
     exact = embed_sentences(bilm, SENTENCES)
-    reduced = bilm.with_settings(precision=precision)
+    reduced = BiLMRunner(bilm, precision=precision)
     assert not np.array_equal(embed_sentences(reduced, SENTENCES)[0], exact[0])  # fills its token cache
     for want, got in zip(exact, embed_sentences(reduced.with_settings(precision="fp32"), SENTENCES)):
         np.testing.assert_array_equal(got, want)
@@ -141,12 +139,12 @@ def test_switching_back_to_fp32_is_exact_again(precision):
 def test_copies_follow_weights_changed_in_place(precision):
     torch.manual_seed(8)
     bilm, fresh = random_bilm("tiny"), random_bilm("tiny")
-    bilm, fresh = bilm.with_settings(precision=precision), fresh.with_settings(precision=precision)
-    embed_sentences(bilm, SENTENCES)  # caches bf16 or int8 copies of the old weights
+    runner, fresh_runner = BiLMRunner(bilm, precision=precision), BiLMRunner(fresh, precision=precision)
+    embed_sentences(runner, SENTENCES)  # caches bf16 or int8 copies of the old weights
     with torch.no_grad():
         for mine, theirs in zip(bilm.parameters(), fresh.parameters()):
             mine.copy_(theirs)
-    for want, got in zip(embed_sentences(fresh, SENTENCES), embed_sentences(bilm, SENTENCES)):
+    for want, got in zip(embed_sentences(fresh_runner, SENTENCES), embed_sentences(runner, SENTENCES)):
         np.testing.assert_array_equal(got, want)
 
 
@@ -154,11 +152,11 @@ def test_copies_follow_weights_changed_in_place(precision):
 def test_unknown_precision_and_fused_reduced_precision_are_refused(precision):
     bilm = random_bilm("tiny")
     with pytest.raises(ValueError, match="precision must be one of .*'int8'.*got 'int4'"):
-        bilm.with_settings(precision="int4")
+        BiLMRunner(bilm, precision="int4")
     with pytest.raises(ValueError, match=f"{precision} runs the step loop"):  # when it is made, not at a call
-        bilm.with_settings(precision=precision, lstm_path="fused")
+        BiLMRunner(bilm, precision=precision, lstm_path="fused")
     with pytest.raises(ValueError, match=f"{precision} runs the step loop"):
-        bilm.with_settings(precision=precision).with_settings(lstm_path="fused")
+        BiLMRunner(bilm, precision=precision).with_settings(lstm_path="fused")
 
 
 @pytest.mark.parametrize("precision", REDUCED)
@@ -429,9 +427,8 @@ def test_int8_on_cuda_pads_to_the_shapes_cublas_takes():
 @needs_cuda
 def test_int8_results_do_not_depend_on_batch_companions_on_cuda():
     torch.manual_seed(6)
-    bilm = random_bilm("tiny").cuda()
-    bilm = bilm.with_settings(precision="int8")
+    runner = BiLMRunner(random_bilm("tiny").cuda(), precision="int8")
     batch = SENTENCES + [SENTENCES[1][: 1 + k % 9] for k in range(40)]
-    together = embed_sentences(bilm, batch)
+    together = embed_sentences(runner, batch)
     for sentence, layers in zip(SENTENCES, together):
-        np.testing.assert_array_equal(embed_sentences(bilm, [sentence])[0], layers)
+        np.testing.assert_array_equal(embed_sentences(runner, [sentence])[0], layers)

@@ -16,9 +16,9 @@ from conftest import ROOT, make_nlp, random_bilm, with_this_checkout
 from cpu_features import int8_kernel_should_be_exact, skip_where_it_falls_back
 from simulated_cpus import SIMULATED_CPUS, why_not_cap
 
-from spacy_elmo import embed_sentences
-from spacy_elmo.kernels import advice, machine, onednn, probes, quantized
-from spacy_elmo.kernels.kernel_set import Route
+from spacy_elmo import BiLMRunner, embed_sentences
+from spacy_elmo.kernels import advice, machine, onednn, quantized
+from spacy_elmo.kernels.backends import Route
 from spacy_elmo.kernels.select import PrecisionFallback, select
 
 CPU = torch.device("cpu")
@@ -37,7 +37,7 @@ def simulated_cpu(monkeypatch):
     monkeypatch.setattr(advice, "_WARNED", set())
 
     def simulate(features, passes=None):
-        monkeypatch.setattr(probes, "_ANSWERS", {})
+        monkeypatch.setattr(machine, "_ANSWERS", {})
         monkeypatch.setattr(machine, "cpu_features", lambda: frozenset(features))
         if passes is not None:
             monkeypatch.setattr(quantized, "sums_exact", lambda kernel: passes)
@@ -124,7 +124,7 @@ def test_the_rule_is_pure_whatever_the_clock_says(simulated_cpu, monkeypatch):
     quiet = {precision: select(CPU, precision) for precision in ("fp32", "bf16", "int8")}
     for clock in (lambda: time.monotonic() * 1000, lambda: 0.0):
         monkeypatch.setattr(time, "perf_counter", clock)
-        monkeypatch.setattr(probes, "_ANSWERS", {})
+        monkeypatch.setattr(machine, "_ANSWERS", {})
         for precision, kernels in quiet.items():
             assert select(CPU, precision) == kernels, precision
 
@@ -138,13 +138,12 @@ def test_every_exact_int8_kernel_here_gives_the_same_layers():
     assert all(kernel in kernels for kernel in expected), f"a probe regressed: {expected} should all be exact here"
     if len(kernels) < 2:
         pytest.skip("one exact int8 kernel on this machine, which has no int8 dot products (VNNI, AMX)")
-    bilm, layers = random_bilm(), []
-    bilm = bilm.with_settings(precision="int8")
-    chosen = bilm.kernels
+    runner, layers = BiLMRunner(random_bilm(), precision="int8"), []
+    chosen = runner.backend
     for kernel in kernels:
-        bilm.kernels = dataclasses.replace(chosen, int8=kernel)
-        bilm.token_cache.clear()
-        layers.append(embed_sentences(bilm, SENTENCES))
+        runner.backend = dataclasses.replace(chosen, int8=kernel)
+        runner.token_cache.clear()
+        layers.append(embed_sentences(runner, SENTENCES))
     for other in layers[1:]:
         assert all(np.array_equal(a, b) for a, b in zip(layers[0], other))
 
@@ -152,12 +151,12 @@ def test_every_exact_int8_kernel_here_gives_the_same_layers():
 def test_a_fallback_warns_once_naming_the_feature_and_the_alternative(simulated_cpu):
     simulated_cpu(AVX2)
     with pytest.warns(PrecisionFallback, match=r"'bf16' runs as exact 'fp32'.*avx512_bf16.*'fp32'"):
-        random_bilm().with_settings(precision="bf16")
+        BiLMRunner(random_bilm(), precision="bf16")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        bilm = random_bilm().with_settings(precision="bf16")  # a second time: no warning
-        assert bilm.precision == "fp32"
-        bilm.with_settings(precision="fp32")
+        runner = BiLMRunner(random_bilm(), precision="bf16")  # a second time: no warning
+        assert runner.precision == "fp32"
+        runner.with_settings(precision="fp32")
 
 
 def test_the_component_decides_at_initialize_and_on_load(simulated_cpu, tiny_weights, tmp_path):
@@ -170,7 +169,7 @@ def test_the_component_decides_at_initialize_and_on_load(simulated_cpu, tiny_wei
     with pytest.warns(PrecisionFallback):
         nlp = make_nlp(tiny_weights, precision="bf16")
     elmo = nlp.get_pipe("elmo")
-    assert elmo.bilm.precision == "fp32" and elmo.bilm.precision_choice.requested == "bf16"
+    assert elmo.runner.precision == "fp32" and elmo.runner.choice.requested == "bf16"
     with warnings.catch_warnings():  # no fallback warning inside nlp.pipe (thinc 8.2 warns of its own deprecations)
         warnings.simplefilter("error", PrecisionFallback)
         np.testing.assert_array_equal(nlp(TEXT)._.elmo_data, exact)
@@ -178,7 +177,7 @@ def test_the_component_decides_at_initialize_and_on_load(simulated_cpu, tiny_wei
     advice._WARNED.clear()
     with pytest.warns(PrecisionFallback):
         loaded = spacy.load(tmp_path / "pipeline")
-    assert loaded.get_pipe("elmo").settings.precision == "bf16" and loaded.get_pipe("elmo").bilm.precision == "fp32"
+    assert loaded.get_pipe("elmo").settings.precision == "bf16" and loaded.get_pipe("elmo").runner.precision == "fp32"
 
 
 def test_int8_is_refused_at_initialize_for_a_model_whose_sums_could_overflow(monkeypatch, tiny_weights):
@@ -236,7 +235,7 @@ def test_info_machine_says_what_each_precision_runs_why_and_how_fast(tmp_path):
 
 
 def test_the_network_and_pipeline_ask_no_precision():
-    """What runs is the Kernels object's to know: no precision tests or oneDNN checks outside kernels/."""
+    """What runs is the Backend's to know: no precision tests or oneDNN checks outside kernels/."""
     pattern = re.compile(r"precision\s*(==|!=|in\s*\()|onednn\.available\(")
     offenders = [
         f"{path.relative_to(ROOT)}:{number}"

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 from conftest import random_bilm
 
-from spacy_elmo import embed_sentences
+from spacy_elmo import BiLMRunner, embed_sentences
 
 SENTENCES = [
     ["The", "bank", "raised", "its", "interest", "rates", "."],
@@ -18,13 +18,13 @@ def test_layers_are_the_same_with_one_thread_and_with_two():
     the sum across threads unless the blocks keep K small."""
     threads = torch.get_num_threads()
     torch.manual_seed(11)
-    bilm = random_bilm("small")
-    bilm.token_cache.capacity = 0
+    runner = BiLMRunner(random_bilm("small"))
+    runner.token_cache.capacity = 0
     try:
         torch.set_num_threads(1)
-        one = embed_sentences(bilm, SENTENCES)
+        one = embed_sentences(runner, SENTENCES)
         torch.set_num_threads(2)
-        two = embed_sentences(bilm, SENTENCES)
+        two = embed_sentences(runner, SENTENCES)
     finally:
         torch.set_num_threads(threads)
     for a, b in zip(one, two):

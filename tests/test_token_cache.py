@@ -4,7 +4,7 @@ import torch
 from conftest import random_bilm
 from promises import promised
 
-from spacy_elmo import embed_sentences
+from spacy_elmo import BiLMRunner, embed_sentences
 from spacy_elmo.network.token_cache import TokenCache
 
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "dog", "sat"], ["the", "cat", "ran", "far", "away"]]
@@ -33,79 +33,81 @@ def test_cache_is_bounded_and_least_recently_used():
 
 def test_without_a_cache_each_distinct_token_of_a_call_is_encoded_once():
     bilm = random_bilm()
+    runner = BiLMRunner(bilm)
     calls = []
 
     def encode(strings):
         calls.append(list(strings))
-        return bilm.token_representations(*bilm.encode_tokens(strings))
+        return runner.token_representations(*bilm.encode_tokens(strings))
 
     flat = ["<S>", "the", "cat", "sat", "on", "the", "mat", "</S>", "<S>", "a", "cat", "</S>"]
     with torch.no_grad():
         rows = TokenCache(capacity=0).lookup(flat, bilm.char_encoder, encode)
-        every_token = bilm.token_representations(*bilm.encode_tokens(flat))
+        every_token = runner.token_representations(*bilm.encode_tokens(flat))
     assert calls == [list(dict.fromkeys(flat))], "each distinct token once, nothing kept"
     assert torch.equal(rows, every_token), "the same bits as encoding every token"
 
 
 def test_batches_larger_than_the_cache_still_work():
-    bilm = random_bilm()
+    runner = BiLMRunner(random_bilm())
     sentences = [[f"w{i}" for i in range(50)]]
-    bilm.token_cache = TokenCache(capacity=0)
-    uncached = embed_sentences(bilm, sentences)
-    bilm.token_cache = TokenCache(capacity=7)
-    tiny = embed_sentences(bilm, sentences)
-    assert np.array_equal(uncached[0], tiny[0]) and len(bilm.token_cache) <= 7
+    runner.token_cache = TokenCache(capacity=0)
+    uncached = embed_sentences(runner, sentences)
+    runner.token_cache = TokenCache(capacity=7)
+    tiny = embed_sentences(runner, sentences)
+    assert np.array_equal(uncached[0], tiny[0]) and len(runner.token_cache) <= 7
 
 
 def test_cached_results_are_bitwise_identical():
-    bilm = random_bilm()
-    bilm.token_cache = TokenCache(capacity=0)
-    without = embed_sentences(bilm, SENTENCES)
-    bilm.token_cache = TokenCache(capacity=100)
-    cold = embed_sentences(bilm, SENTENCES)
-    warm = embed_sentences(bilm, SENTENCES[::-1])[::-1]
-    assert bilm.token_cache.hits > 0
+    runner = BiLMRunner(random_bilm())
+    runner.token_cache = TokenCache(capacity=0)
+    without = embed_sentences(runner, SENTENCES)
+    runner.token_cache = TokenCache(capacity=100)
+    cold = embed_sentences(runner, SENTENCES)
+    warm = embed_sentences(runner, SENTENCES[::-1])[::-1]
+    assert runner.token_cache.hits > 0
     for a, b, c in zip(without, cold, warm):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
 def test_cache_follows_weight_changes():
     bilm = random_bilm()
-    before = embed_sentences(bilm, SENTENCES)
+    runner = BiLMRunner(bilm)
+    before = embed_sentences(runner, SENTENCES)
     with torch.no_grad():
         bilm.char_encoder.projection.bias.add_(1.0)
-    after = embed_sentences(bilm, SENTENCES)
-    bilm.token_cache = TokenCache(capacity=0)
-    fresh = embed_sentences(bilm, SENTENCES)
+    after = embed_sentences(runner, SENTENCES)
+    runner.token_cache = TokenCache(capacity=0)
+    fresh = embed_sentences(runner, SENTENCES)
     assert not np.allclose(before[0][0], after[0][0])
     assert all(np.array_equal(a, b) for a, b in zip(after, fresh))
 
 
 def test_shrinking_the_capacity_empties_the_cache():
-    bilm = random_bilm()
-    embed_sentences(bilm, SENTENCES)
-    assert len(bilm.token_cache) == 12  # 10 words, <S>, </S>
-    bilm.token_cache.capacity = 5
-    assert len(bilm.token_cache) == 0
-    embed_sentences(bilm, [SENTENCES[1]])
-    assert len(bilm.token_cache) == 5  # <S>, a, dog, sat, </S>
+    runner = BiLMRunner(random_bilm())
+    embed_sentences(runner, SENTENCES)
+    assert len(runner.token_cache) == 12  # 10 words, <S>, </S>
+    runner.token_cache.capacity = 5
+    assert len(runner.token_cache) == 0
+    embed_sentences(runner, [SENTENCES[1]])
+    assert len(runner.token_cache) == 5  # <S>, a, dog, sat, </S>
 
 
 def test_a_bound_in_bytes_caps_the_rows_kept():
     bilm = random_bilm()
     width = bilm.config.projection_dim
     cache = TokenCache(capacity=1000, max_bytes=5 * width * 4)  # room for 5 float32 rows
-    bilm.token_cache = cache
-    cached = embed_sentences(bilm, [SENTENCES[1]])  # <S>, a, dog, sat, </S>
+    runner = BiLMRunner(bilm, token_cache=cache)
+    cached = embed_sentences(runner, [SENTENCES[1]])  # <S>, a, dog, sat, </S>
     assert len(cache) == 5 and cache.nbytes <= cache.max_bytes
-    embed_sentences(bilm, SENTENCES)  # more distinct tokens than fit: computed, not kept
+    embed_sentences(runner, SENTENCES)  # more distinct tokens than fit: computed, not kept
     assert len(cache) == 5
-    bilm.token_cache = TokenCache(capacity=0)
-    assert np.array_equal(cached[0], embed_sentences(bilm, [SENTENCES[1]])[0]), "still exact"
+    runner.token_cache = TokenCache(capacity=0)
+    assert np.array_equal(cached[0], embed_sentences(runner, [SENTENCES[1]])[0]), "still exact"
     cache.max_bytes = 2 * width * 4
     assert len(cache) == 0 and cache.nbytes == 0, "a lower bound empties it"
     cache.max_bytes = 5 * width * 4
-    encode = lambda strings: bilm.token_representations(*bilm.encode_tokens(strings))  # noqa: E731
+    encode = lambda strings: runner.token_representations(*bilm.encode_tokens(strings))  # noqa: E731
     for i in range(40):  # many new tokens: the bound holds throughout
         cache.lookup([f"w{i}", f"v{i}"], bilm.char_encoder, encode)
         assert len(cache) <= 5 and cache.nbytes <= cache.max_bytes

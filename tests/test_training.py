@@ -131,12 +131,22 @@ def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_pa
 def test_dev_perplexity_runs_the_path_training_runs(corpus, tmp_path, monkeypatch):
     """Evaluation computes the loss that training computes: the differentiable path, never the
     inference kernels (which the caller would have to name)."""
-    from spacy_elmo.network.bilm import BiLM
+    from spacy_elmo.kernels.backends import Backend, TritonBackend
+    from spacy_elmo.network.char_encoder import CharEncoder
+    from spacy_elmo.network.runner import BiLMRunner
 
     def refuse(*args, **kwargs):
         raise AssertionError("pretraining or its dev perplexity ran the inference kernels")
 
-    monkeypatch.setattr(BiLM, "backend_for_run", refuse)  # every inference call goes through it
+    # every inference call goes through a runner's two steps, and they through a backend
+    for owner, step in (
+        (BiLMRunner, "token_representations"),
+        (BiLMRunner, "contextualize"),
+        (CharEncoder, "represent"),
+        (Backend, "contextualize"),
+        (TritonBackend, "contextualize"),
+    ):
+        monkeypatch.setattr(owner, step, refuse)
     state = train(config(corpus, max_steps=2, eval_every=1), tmp_path / "run")
     assert [line["dev_ppl"] for line in log_lines(tmp_path / "run") if "dev_ppl" in line] and state.final_dev > 0
 

@@ -18,12 +18,12 @@ if torch.cuda.is_available():
 
 import triton_interpreter  # noqa: E402,F401  (before the kernels are defined)
 
-from spacy_elmo import embed_sentences  # noqa: E402
-from spacy_elmo.kernels.kernel_set import TritonKernels  # noqa: E402
+from spacy_elmo import BiLMRunner, embed_sentences  # noqa: E402
+from spacy_elmo.kernels.backends import TritonBackend  # noqa: E402
+from spacy_elmo.kernels.gpu_stacks import Schedule, Stacks, lane_count, run_stacks  # noqa: E402
 from spacy_elmo.kernels.select import select  # noqa: E402
 from spacy_elmo.kernels.triton_ops import KernelTiles, LayerPair, Starts, StepTables, Tiles, TritonOps  # noqa: E402
-from spacy_elmo.network.gpu_stacks import Schedule, Stacks, lane_count, run_stacks  # noqa: E402
-from spacy_elmo.network.sentences import reset_state  # noqa: E402
+from spacy_elmo.network.runner import reset_state  # noqa: E402
 
 SENTENCES = [["A", "short", "one", "."], ["And", "a", "somewhat", "longer", "sentence", "."], []]
 BATCH = [["x", "y", "z"], ["A", "short", "one", "."], ["y", "z"], []]
@@ -53,14 +53,18 @@ def small_ops(precision="fp32"):
     return TritonOps(precision, SMALL[precision])
 
 
-def on_triton(bilm, precision="fp32"):
-    """``bilm`` running the Triton kernels (small tiles, interpreted) in ``precision``, on the CPU:
-    kernels set by hand are kept (``kernels_for_run`` selects again only for another device)."""
+def on_triton(runner, precision="fp32"):
+    """``runner`` (a ``BiLMRunner``; given a ``BiLM``, a runner of its own) running the Triton kernels
+    (small tiles, interpreted) in ``precision``, on the CPU: a runner's backend is chosen once, when
+    the runner is made, so one set by hand is what its calls run. No CUDA graphs: they are a GPU's."""
+    if not isinstance(runner, BiLMRunner):
+        runner = BiLMRunner(runner, warm=False)
     cpu = select(torch.device("cpu"), "fp32")
-    bilm.kernels = TritonKernels(cpu.device, cpu.choice, cpu.blocking, gpu=small_ops(precision))
-    bilm.token_cache.capacity = 0
-    assert bilm.kernels_for_run().gpu is bilm.kernels.gpu
-    return bilm
+    ops = small_ops(precision)
+    runner.backend = TritonBackend(cpu.device, cpu.choice, cpu.blocking, gpu=ops)
+    runner.token_cache.capacity = 0
+    assert runner.backend.ops is ops and runner.call_graphs is None
+    return runner
 
 
 @pytest.mark.parametrize("precision, tolerance", [("fp32", 2e-6), ("bf16", 2e-6)])
@@ -75,15 +79,15 @@ def test_linear_computes_x_times_w_plus_bias_in_its_precision(precision, toleran
 
 
 def test_the_kernels_entry_points_run_triton_on_its_route():
-    """What `info --machine` times on a GPU: Kernels.linear and step_matmul are the Triton linear there."""
+    """What `info --machine` times on a GPU: Backend.linear and step_matmul are the Triton linear there."""
     torch.manual_seed(2)
     x, weight, bias = torch.randn(5, 24), torch.randn(40, 24), torch.randn(40)
     ops = small_ops("bf16")
     cpu = select(torch.device("cpu"), "fp32")
-    kernels = TritonKernels(cpu.device, cpu.choice, cpu.blocking, gpu=ops)
-    assert torch.equal(kernels.linear(x, weight, bias), ops.linear(x, weight, bias))
-    assert torch.equal(kernels.step_matmul(x, weight), ops.linear(x, weight))
-    assert not torch.equal(kernels.step_matmul(x, weight), x @ weight.T), "bf16 products, not fp32's"
+    backend = TritonBackend(cpu.device, cpu.choice, cpu.blocking, gpu=ops)
+    assert torch.equal(backend.linear(x, weight, bias), ops.linear(x, weight, bias))
+    assert torch.equal(backend.step_matmul(x, weight), ops.linear(x, weight))
+    assert not torch.equal(backend.step_matmul(x, weight), x @ weight.T), "bf16 products, not fp32's"
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -153,12 +157,12 @@ def test_a_sentences_lstm_layers_are_the_same_bits_alone_and_in_a_batch():
     whole sentences are checked bitwise, char encoder included: tests/test_gpu.py. On a CPU torch's
     elementwise functions round a row by its position, which the GPU's do not.)"""
     torch.manual_seed(0)
-    bilm = on_triton(micro_bilm())
+    runner = on_triton(micro_bilm())
     lengths = [3, 4, 3, 2]
-    tokens = torch.randn(sum(lengths), bilm.config.projection_dim)
+    tokens = torch.randn(sum(lengths), runner.bilm.config.projection_dim)
     with torch.inference_mode():
-        together, _ = bilm.contextualize(tokens, lengths)
-        alone, _ = bilm.contextualize(tokens[3:7], [4])
+        together, _ = runner.contextualize(tokens, lengths)
+        alone, _ = runner.contextualize(tokens[3:7], [4])
     assert torch.equal(alone, together[:, 3:7])
 
 
@@ -195,13 +199,13 @@ def test_bf16_through_the_kernels_stays_within_bf16s_error():
 
 def test_stateful_calls_carry_the_state_through_the_kernels():
     torch.manual_seed(0)
-    bilm = micro_bilm(n_layers=1)
+    runner = BiLMRunner(micro_bilm(n_layers=1))
     calls = [SENTENCES[:2], [["and", "then"], ["more", "words"], ["x"]]]
-    expected = [embed_sentences(bilm, call, stateful=True) for call in calls]
-    reset_state(bilm)
-    on_triton(bilm)
+    expected = [embed_sentences(runner, call, stateful=True) for call in calls]
+    reset_state(runner)
+    on_triton(runner)
     for call, wanted in zip(calls, expected):
-        for a, b in zip(wanted, embed_sentences(bilm, call, stateful=True)):
+        for a, b in zip(wanted, embed_sentences(runner, call, stateful=True)):
             np.testing.assert_allclose(b, a, rtol=0, atol=5e-7)
 
 

@@ -114,12 +114,13 @@ def time_pipe(nlp, sentences: List[List[str]], repeats: int, sync: Optional[Call
     return timing.summary(sum(len(s) for s in sentences))
 
 
-def error_against_fp32(bilm, sentences, precision: str, max_batch_tokens: int = 4096) -> list:
-    """Per layer, ``precision``'s layers against exact fp32's on ``sentences`` (``layer_errors``)."""
+def error_against_fp32(runner, sentences, precision: str, max_batch_tokens: int = 4096) -> list:
+    """Per layer, ``precision``'s layers against exact fp32's on ``sentences`` (``layer_errors``), each
+    through a runner of its own over the weights of ``runner`` (a ``BiLMRunner``: the component's)."""
     from spacy_elmo import embed_sentences
 
-    exact = embed_sentences(bilm.with_settings(precision="fp32"), sentences, max_batch_tokens=max_batch_tokens)
-    reduced = embed_sentences(bilm.with_settings(precision=precision), sentences, max_batch_tokens=max_batch_tokens)
+    exact = embed_sentences(runner.with_settings(precision="fp32"), sentences, max_batch_tokens=max_batch_tokens)
+    reduced = embed_sentences(runner.with_settings(precision=precision), sentences, max_batch_tokens=max_batch_tokens)
     return layer_errors(exact, reduced)
 
 

@@ -52,27 +52,13 @@ def _machine_report(config: BiLMConfig, model: str) -> None:
 
     from ..kernels import advice
     from ..kernels.machine import cpu_description
-    from ..kernels.select import select
 
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    shapes = config.kernel_shapes()
-    rows, measured = [], []
-    for device in devices:
-        for precision in ("fp32", "bf16", "int8"):
-            choice = select(device, precision).choice
-            speed = advice.measure(shapes, precision, device) if choice.runs != "fp32" else None
-            if speed is not None:
-                advice.remember(speed, shapes, device)
-                measured.append((device.type, speed))
-            runs = choice.runs if not choice.fell_back else "fp32 (fallback)"
-            ratio = speed.ratio_text() if speed is not None else "-"
-            why = choice.reason if choice.slower is None else f"{choice.reason}; {choice.slower}"
-            rows.append((device.type, precision, runs, choice.kernel, ratio, ", ".join(choice.features) or "-", why))
+    rows, measured = advice.machine_report(config.kernel_shapes())
     msg.info(f"{cpu_description()}; torch {torch.__version__}; {torch.get_num_threads()} threads; kernels for {model}")
     header = ("device", "precision", "runs", "kernel", "x fp32 (1 sentence / batch)", "CPU features", "why")
     msg.table(rows, header=header, divider=True)
-    for device_type, speed in measured:
-        _timings_table(device_type, speed)
+    for device, speed in measured:
+        _timings_table(device, speed)
 
 
 def _timings_table(device: str, speed: "Advice") -> None:

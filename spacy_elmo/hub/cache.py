@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Union
 
 from ..files import atomic_directory, atomic_write_json
-from ..network.config import ConfigError, config_from_options
+from ..network.config import ConfigError
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
-from ..weights.original import import_original
+from ..weights.original import config_from_options, import_original
 from .catalogue import BiLMShape, PublishedModel, get_model
 from .download import DownloadError, RemoteFile, cache_dir, fetch_all, forget, recorded_sha256
 

@@ -97,7 +97,7 @@ class BiLMShape:
 
     @classmethod
     def of(cls, config: "BiLMConfig") -> "BiLMShape":
-        """The shape of a biLM config (e.g. ``network.config.config_from_options``'s)."""
+        """The shape of a biLM config (e.g. ``weights.original.config_from_options``'s)."""
         return cls(config.n_layers, config.lstm_dim, config.projection_dim, config.n_filters, config.n_highway)
 
     def __str__(self) -> str:

@@ -1,6 +1,9 @@
-"""The kernels that make inference exact and fast: fixed-shape (batch-invariant) matmuls and
-elementwise functions, oneDNN's CPU paths, reduced precision (bf16, int8), and the probes that
-decide once per machine which of them runs.
+"""The backends: how a model computes on a device in a precision, each way one ``Backend`` class
+(``backends``) chosen once by ``select`` from what the machine is (features, exactness probes,
+torch's version; never a timing), with the arithmetic they run: fixed-shape (batch-invariant)
+matmuls and elementwise functions, oneDNN's CPU paths, bf16 and int8, the LSTM step loop and
+lanes, and the GPU's Triton kernels and CUDA graphs. The only room that asks about a device, a
+precision or a route.
 
-A new kernel (a GPU one, a new instruction set), or a new probe, goes here.
+A new backend (a GPU, an instruction set, a precision), kernel or probe goes here.
 """

@@ -1,17 +1,8 @@
 """How fast each precision is on this machine: advice, measured on request, never a switch.
 
-``measure`` times the kernels ``select`` chose for a precision against exact fp32's at a model's
-own matmul shapes (``sites``): the LSTM's recurrent and projection matmuls as the step loop runs
-them for one sentence and for a batch of 32, its input projection, a highway, the token
-projection and the widest convolution. At each shape the two run in turn, round after round, and
-each keeps its fastest round, so other work on the machine slows both alike. The times make two
-estimates of the time per token, one sentence at a time and a batch (``Estimates``); the
-precision's speed is its ratio to fp32 in each.
-
-``python -m spacy_elmo info --machine`` measures and prints the table, and keeps the result in
-the user cache (``CACHE/advice``, keyed by the CPU, its cap, torch's version, the thread count,
-the precision and the shapes). A model loaded later in a precision that measured slower than fp32
-here warns once, with the ratio (``announce``): it still runs what was asked. A load times nothing.
+``info --machine`` times ``select``'s kernels for each precision against fp32's at a model's matmul
+shapes (``measure``) and keeps the result; a later load in a precision measured slower than fp32
+warns once (``announce``) and still runs what was asked. A load times nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +20,8 @@ import torch
 
 from ..files import atomic_write_json, cache_dir
 from . import machine
-from .kernel_set import KernelChoice, Kernels
+from .backends import Backend, KernelChoice
+from .precision import PRECISIONS
 from .select import PrecisionFallback, select
 
 ADVICE_FORMAT = 1
@@ -145,7 +137,27 @@ def measure(shapes: ModelShapes, precision: str, device: torch.device, timer: Op
     return Advice(precision, speedup, timings)
 
 
-def _call(kernels: Kernels, site: Site) -> Callable[[], object]:
+def machine_report(shapes: ModelShapes) -> Tuple[List[Tuple[str, ...]], List[Tuple[str, Advice]]]:
+    """What ``info --machine`` prints: (device, precision, what runs, kernel, speed against fp32, CPU
+    features, why) per precision on the CPU and any CUDA GPU; and each (device, advice) measured now, then kept."""
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    rows: List[Tuple[str, ...]] = []
+    measured: List[Tuple[str, Advice]] = []
+    for device in devices:
+        for precision in PRECISIONS:
+            choice = select(device, precision).choice
+            speed = measure(shapes, precision, device) if choice.runs != "fp32" else None
+            if speed is not None:
+                remember(speed, shapes, device)
+                measured.append((device.type, speed))
+            runs = choice.runs if not choice.fell_back else "fp32 (fallback)"
+            ratio = speed.ratio_text() if speed is not None else "-"
+            why = choice.reason if choice.slower is None else f"{choice.reason}; {choice.slower}"
+            rows.append((device.type, precision, runs, choice.kernel, ratio, ", ".join(choice.features) or "-", why))
+    return rows, measured
+
+
+def _call(kernels: Backend, site: Site) -> Callable[[], object]:
     generator = torch.Generator().manual_seed(0)
     weight = (torch.randn(site.out_features, site.in_features, generator=generator) * 0.05).to(kernels.device)
     if site.step:
@@ -156,8 +168,8 @@ def _call(kernels: Kernels, site: Site) -> Callable[[], object]:
 
 
 def wall_clock(site: Site, calls: Dict[str, Callable[[], object]]) -> Dict[str, float]:
-    """Each call's fastest of several rounds, in ms, the calls taking turns in every round (at
-    least 5 rounds, more up to 50 while a round takes under 10 ms in all)."""
+    """Each call's fastest of several rounds, in ms, the calls taking turns in every round, so other
+    work slows all alike (at least 5 rounds, more up to 50 while a round takes under 10 ms in all)."""
     synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
 
     def seconds(call: Callable[[], object]) -> float:
@@ -190,8 +202,7 @@ def remember(advice: Advice, shapes: ModelShapes, device: torch.device) -> None:
 
 
 def recalled(shapes: ModelShapes, precision: str, device: torch.device) -> Optional[Advice]:
-    """The advice kept for this machine, model and precision; None where there is none (or it is
-    unreadable, or was written for another key)."""
+    """The advice kept for this machine, model and precision; None if none, unreadable or another key's."""
     key = advice_key(shapes, precision, device)
     try:
         record = json.loads((advice_dir() / f"{key['digest']}.json").read_text(encoding="utf-8"))
@@ -226,10 +237,9 @@ def advice_dir() -> Path:
     return cache_dir() / "advice"
 
 
-def announce(kernels: Kernels, shapes: ModelShapes) -> None:
-    """Warn once per process where what runs is not what was asked (``PrecisionFallback``), or is
-    known by the rule or measured by ``info --machine`` to be no faster than fp32 here
-    (``SlowerPrecision``, with the measured ratio). Changes nothing that runs."""
+def announce(kernels: Backend, shapes: ModelShapes) -> None:
+    """Warn once per process where what runs is not what was asked (``PrecisionFallback``) or is, by
+    the rule or ``info --machine``'s measure, no faster than fp32 here (``SlowerPrecision``)."""
     choice = kernels.choice
     if choice.fell_back:
         _warn_once(choice, _fallback_text(choice), PrecisionFallback)

@@ -1,18 +1,11 @@
 """Fixed-shape kernels: a row's result never depends on the rows computed beside it.
 
-BLAS picks its GEMM kernel (and so the order of the floating-point sums) from the matrix shapes,
-and ATen's elementwise loops send a tensor's tail through scalar code whose ``exp`` rounds
-differently from the SIMD lanes. Both would make a sentence's vectors depend on its batch
-companions. BLAS also splits long sums (K = 2048 here) across threads, so a result would depend on
-the thread count. Here every GEMM runs on blocks of a fixed shape (zero-padded), long sums are cut
-into fixed K blocks added in a fixed order, and transcendental elementwise functions run on fixed
-slices that one thread takes whole, so each element takes one code path wherever it sits. A fixed
-shape alone does not give every row the same kernel: MKL's AVX2 sgemm (seen on a Xeon capped at
-AVX2) sums the last two rows of some row counts in another order (rows 30-31 of 32, 126-127 and
-254-255 of 256 on two threads), so on CPU a block runs at the row count a probe finds free of such
-rows (``clean_rows``), its real rows first and zeros after. Plain
-IEEE operations (add, mul, max, clamp) round identically on every path and need no care. int8
-matmuls (``quantized``) sum integers exactly, so they need no fixed shapes either.
+BLAS picks its GEMM kernel (and so the order of the sums) from the shapes and splits long sums
+(K = 2048 here) across threads; ATen's elementwise loops send a tensor's tail through scalar code
+whose ``exp`` rounds differently from the SIMD lanes. So GEMMs run on zero-padded blocks of a fixed
+shape with sums in fixed K blocks, and transcendental functions on fixed slices one thread takes
+whole. Plain IEEE operations (add, mul, max, clamp), which round alike on every path, and int8's
+exact sums (``quantized``) need no care.
 """
 
 from __future__ import annotations
@@ -23,9 +16,9 @@ from typing import Callable, Tuple
 import torch
 from torch import Tensor
 
+from .machine import holds_at_thread_counts, probed_thread_counts, remembered, smallest_agreeing
 from .onednn import K_BLOCK
 from .precision import operand
-from .probes import holds_at_thread_counts, probed_thread_counts, remembered, smallest_agreeing
 
 # ATen runs an elementwise loop on one thread below this many elements (at::internal::GRAIN_SIZE);
 # a multiple of every SIMD width, so slices of this size have no scalar tail.
@@ -34,21 +27,17 @@ _SINGLE_THREAD_ELEMENTS = 32768
 
 @dataclass
 class Blocking:
-    """How batch-invariant inference runs: its fixed shapes, and the precision of its matmuls.
+    """The fixed sizes of batch-invariant inference; which apply is the ``Backend``'s (``select``).
 
     gemm_rows: rows per block of position-wise matmuls (char CNN windows, LSTM input projection).
     token_block: tokens per char-encoder block on fixed shapes (each block padded whole).
-    token_block_any_rows: tokens per char-encoder block where any row count gives the same rows
-        (int8, fp32 through oneDNN): only the last block is padded, to 32 tokens, so a large block
-        (faster per token on the original model's highways) costs a small call nothing.
-    step_columns: sentences per recurrent matmul of the step loop where its row count must stay
-        fixed: bf16, GPUs, and CPUs where oneDNN's probe fails.
-    step_lanes: the most sentences per recurrent matmul in fp32 through oneDNN (CPU): there any
-        number of rows gives the same results, so a call takes the sentences there are, up to this.
-    fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel.
-
-    Which kernels run, and so which of these sizes apply, is the ``Kernels`` object's (``select``).
-    """
+    token_block_any_rows: the same where any row count gives the same rows (int8, fp32 through
+        oneDNN): only the last block is padded, to 32 tokens, so a large block (faster per token on
+        the original model's highways) costs a small call nothing.
+    step_columns: sentences per recurrent matmul where its row count must stay fixed (bf16, GPUs,
+        CPUs where oneDNN's probe fails).
+    step_lanes: in fp32 through oneDNN, any count of sentences per recurrent matmul up to this.
+    fused_rows, fused_steps: sentences and time steps per block of the fused LSTM kernel."""
 
     gemm_rows: int = 256
     token_block: int = 64
@@ -86,13 +75,8 @@ class Blocking:
 
 
 def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32") -> Tensor:
-    """``x @ weight_t`` computed on zero-padded blocks of exactly ``rows`` rows, in ``precision``.
-
-    Args:
-        x: (M, K). weight_t: (K, N), any strides.
-    Returns:
-        (M, N), each row bitwise independent of M and of the other rows.
-    """
+    """``x @ weight_t`` on zero-padded blocks of exactly ``rows`` rows, in ``precision``: x (M, K),
+    weight_t (K, N) any strides -> (M, N), each row bitwise independent of M."""
     n_rows, n_blocks = x.shape[0], -(-x.shape[0] // rows)
     call_rows = clean_rows(rows, weight_t, precision)  # each block: its rows, then zeros up to call_rows
     if n_blocks * rows != n_rows:
@@ -107,11 +91,12 @@ def matmul_rows(x: Tensor, weight_t: Tensor, rows: int, precision: str = "fp32")
 
 
 def clean_rows(rows: int, weight_t: Tensor, precision: str = "fp32") -> int:
-    """How many rows a fixed-shape ``matmul_k_blocks`` call with ``weight_t`` (K, N) takes to hold
-    ``rows`` rows so that each gets the bits it would get as the first row: ``rows`` off CPU; on
-    CPU the smallest count from ``rows`` up at which a probe finds every row position computed as
-    the first at each of ``probed_thread_counts`` (probed once per shape, layout and precision).
-    Raises RuntimeError where no count up to ``rows`` + ``max(8, rows // 4)`` is."""
+    """The row count a fixed-shape ``matmul_k_blocks`` call with ``weight_t`` (K, N) takes to hold
+    ``rows`` rows, each with the bits it would get as the first row: ``rows`` off CPU; on CPU the
+    smallest from ``rows`` up that a probe finds so at each of ``probed_thread_counts`` (once per
+    shape, layout and precision); RuntimeError past ``rows`` + ``max(8, rows // 4)``. A fixed shape
+    alone is not enough: MKL's AVX2 sgemm (seen on a Xeon capped at AVX2) sums the last two rows of
+    some row counts in another order (rows 30-31 of 32, 126-127 and 254-255 of 256 on two threads)."""
     if weight_t.device.type != "cpu":
         return rows
     threads = probed_thread_counts()
@@ -165,19 +150,14 @@ def matmul_k_blocks(a: Tensor, b: Tensor, precision: str, out: Tensor) -> Tensor
 
 def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     """Apply an in-place elementwise op (e.g. ``Tensor.sigmoid_``) to a contiguous tensor so that
-    every element takes the same code path.
-
-    On CPU each thread processes slices of ``_SINGLE_THREAD_ELEMENTS`` (whole SIMD vectors), as a
-    single thread would; a scalar tail can only remain at the very end of the tensor. Callers lay
-    data out so that such a tail covers all items alike: ``(features, columns)`` with columns a
-    multiple of 16, or ``(items, features)`` with items a multiple of 32.
-    """
+    every element takes the same code path: on CPU in slices of ``_SINGLE_THREAD_ELEMENTS``. Only the
+    tensor's end can have a scalar tail, so callers lay data out for it to cover all items alike:
+    ``(features, columns)``, columns a multiple of 16, or ``(items, features)``, items a multiple of 32."""
     if x.device.type != "cpu":
         return op_(x)
     flat = x.view(-1)
-    # A slice of exactly threads x _SINGLE_THREAD_ELEMENTS is split by ATen into one such slice
-    # per thread (at::parallel_for: chunks of ceil(n / threads)), so those run in parallel and
-    # every element still sees the code path it sees on one thread.
+    # ATen splits threads x _SINGLE_THREAD_ELEMENTS into one such slice per thread (at::parallel_for:
+    # chunks of ceil(n / threads)): parallel, each element on its one-thread code path.
     parallel = _SINGLE_THREAD_ELEMENTS * torch.get_num_threads()
     whole = flat.numel() - flat.numel() % parallel
     for start in range(0, whole, parallel):

@@ -1,9 +1,9 @@
-"""The machine in words, and the CPU features kernels may rest on.
+"""What the machine is: its CPU in words (every speed figure names it), the CPU features kernels may
+rest on, and what exactness probes (bits, never times) find its kernels compute.
 
-Every speed figure names its CPU (``cpu_description``). ``cpu_features`` is what the kernel
-choices read (``select``): the CPU's own features, less those that oneDNN's
-``ONEDNN_MAX_CPU_ISA`` cap forbids, so that a capped run makes the decisions a lesser CPU would
-make (a cap chooses which kernels may run; it gives neither a lesser CPU's speed nor its rounding).
+``cpu_features`` (what ``select`` reads) leaves out what ``ONEDNN_MAX_CPU_ISA`` forbids, so a capped
+run makes a lesser CPU's kernel choices (not its speed or rounding). ``remembered`` keys each probe's
+answer by what it depends on, so a decision made from probes is the same on every load.
 """
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import threading
 from pathlib import Path
-from typing import Dict, FrozenSet, Optional
+from typing import Callable, Dict, FrozenSet, Hashable, Optional, Sequence, Tuple, TypeVar
+
+import torch
+from torch import Tensor
 
 # The features the kernel choices read, as /proc/cpuinfo names them.
 KERNEL_FEATURES = (
@@ -35,8 +39,7 @@ _AVX512_CORE = _AVX2 | {"avx512f", "avx512bw", "avx512dq", "avx512vl"}
 _AVX512_VNNI = _AVX512_CORE | {"avx512_vnni"}
 _AVX512_BF16 = _AVX512_VNNI | {"avx512_bf16"}
 _AMX = _AVX512_BF16 | {"amx_bf16", "amx_int8"}
-# ONEDNN_MAX_CPU_ISA value -> the features it lets kernels use (oneDNN's ISA names; a cap whose
-# exact set we are unsure of is given the smaller set: a capped run then errs towards fallbacks).
+# ONEDNN_MAX_CPU_ISA value -> the features it allows; an unsure cap gets the smaller set (errs to fallbacks).
 ISA_CAPS: Dict[str, FrozenSet[str]] = {
     "SSE41": frozenset(),
     "AVX": frozenset(),
@@ -69,8 +72,7 @@ def cpu_model() -> str:
 
 
 def cpu_description() -> str:
-    """Model, core count, the vector features that decide which kernels run and the cap if one
-    is set, e.g. 'AMD EPYC (2 cores; avx2, fma, avx512f, avx512_vnni; capped at AVX2)'."""
+    """Model, core count, kernel features and any cap, e.g. 'AMD EPYC (2 cores; avx2, fma; capped at AVX2)'."""
     features = [name for name in KERNEL_FEATURES if name in _cpu_flags()]
     cap = isa_cap()
     capped = f"; capped at {cap}" if cap else ""
@@ -84,8 +86,7 @@ def isa_cap() -> Optional[str]:
 
 
 def cpu_features() -> FrozenSet[str]:
-    """The kernel features (``KERNEL_FEATURES``) this CPU has and the cap allows (an unknown
-    cap allows nothing beyond AVX2's)."""
+    """The ``KERNEL_FEATURES`` this CPU has and the cap allows (an unknown cap: AVX2's at most)."""
     features = frozenset(name for name in KERNEL_FEATURES if name in _cpu_flags())
     cap = isa_cap()
     return features if cap is None else features & ISA_CAPS.get(cap, _AVX2)
@@ -100,3 +101,72 @@ def _cpu_flags() -> FrozenSet[str]:
 def _cpuinfo() -> str:
     path = Path("/proc/cpuinfo")
     return path.read_text() if path.exists() else ""
+
+
+T = TypeVar("T")
+
+# What a private op of another torch may raise; a probe that meets one says no and the public path runs.
+PROBE_ERRORS = (RuntimeError, AttributeError, TypeError, NotImplementedError)
+
+_ANSWERS: Dict[Hashable, object] = {}
+_LOCK = threading.RLock()  # a probe may ask another probe
+
+
+def remembered(key: Hashable, probe: Callable[[], T]) -> T:
+    """``probe()``, run once per ``key`` in this process; later calls return its answer."""
+    if key in _ANSWERS:
+        return _ANSWERS[key]  # type: ignore[return-value]
+    with _LOCK:
+        if key not in _ANSWERS:
+            _ANSWERS[key] = probe()
+        return _ANSWERS[key]  # type: ignore[return-value]
+
+
+def probed_thread_counts() -> Tuple[int, ...]:
+    """1, the powers of two up to the core count, the core count and the current thread count: the
+    counts a process here runs with (each probed count costs the memory of its thread pool)."""
+    cores = os.cpu_count() or 1
+    powers = [2**power for power in range(cores.bit_length()) if 2**power <= cores]
+    return tuple(sorted({*powers, cores, torch.get_num_threads()}))
+
+
+def holds_at_thread_counts(check: Callable[[], bool], thread_counts: Sequence[int]) -> bool:
+    """Whether ``check()`` holds at each of ``thread_counts`` torch threads; the thread count is restored."""
+    threads = torch.get_num_threads()
+    try:
+        for count in thread_counts:
+            torch.set_num_threads(count)
+            if not check():
+                return False
+    finally:
+        torch.set_num_threads(threads)
+    return True
+
+
+def rows_agree(
+    linear: Callable[[Tensor], Tensor],
+    x: Tensor,
+    rows: Sequence[int],
+    thread_counts: Sequence[int] = (),
+    reference: Optional[Callable[[Tensor], Tensor]] = None,
+) -> bool:
+    """Whether ``linear(x[:n])`` is bitwise ``reference(x)[:n]`` (default ``linear``, at the current thread
+    count) for each n in ``rows`` at each of ``thread_counts`` (default: current); False if an op is missing."""
+    try:
+        every_row = (reference or linear)(x)
+        return holds_at_thread_counts(
+            lambda: all(torch.equal(linear(x[:n]), every_row[:n]) for n in rows),
+            thread_counts or (torch.get_num_threads(),),
+        )
+    except PROBE_ERRORS:  # an op this build of torch lacks
+        return False
+
+
+def smallest_agreeing(start: int, agrees: Callable[[int], bool], problem: str) -> int:
+    """The smallest count of rows or lanes in ``start .. start + max(8, start // 4)`` that ``agrees``
+    (``batch_invariant.clean_rows``, ``lstm_steps.fused_lanes``); else RuntimeError ``problem`` ({} = range)."""
+    most = start + max(8, start // 4)
+    for count in range(start, most + 1):
+        if agrees(count):
+            return count
+    raise RuntimeError(problem.format(f"{start} to {most}"))

@@ -1,31 +1,13 @@
 """CPU matmuls through oneDNN whose rows do not depend on how many rows a call has.
 
-MKL (torch's default CPU GEMM) chooses its kernel, and so the order of each dot product's sums,
-from the matrix shapes: a sentence computed alone (one row) would round differently from the same
-sentence in a batch, so through MKL every call keeps a fixed shape (``batch_invariant``).
-oneDNN's ``linear`` with a weight it has reordered for itself runs one kernel for any
-number of rows, so a single sentence can run as one row, at the cost of a GEMV, and a batch as many
-rows, each bitwise the same (measured on AVX-512/AMX and AVX2; ``available`` probes it at run
-time, and where the probe fails the fixed-shape path is used instead). A plain (not reordered)
-weight gives the same rows from 2 rows up, and a different kernel for one row. In bfloat16 the
-same holds on AVX512_BF16 CPUs without AMX (probed: a single sentence then runs as one row, 1.5x
-faster than fp32 on an AMD EPYC Zen 5), not on AMX, where oneDNN switches kernels with the row count
-(AMX tiles; seen as one element in ten thousand rounding differently): there bf16 calls keep a
-fixed row count and are merely fast.
-
-Long sums (K > ``K_BLOCK``): where a probe of the weight's shape and layout finds oneDNN's fp32
-rows the same for any row count from 2 up and any thread count (``whole_sums_invariant``), a call
-runs the whole sum in one kernel, a single row padded to two (oneDNN takes a GEMV for one row with
-long K, which sums in another order). Elsewhere the sum runs over K in blocks of ``K_BLOCK`` of a
-reordered copy, added in order, as in ``batch_invariant``, so that no call splits a sum across
-threads. The whole sum in one kernel is the faster of the two on the LSTM projection (K = 4096,
-N = 512).
-
-The reordered copy of a weight is made once and kept beside it, like the bfloat16 copies of
-``precision``. The step loop's weights take one (168 MB for the original model): at a few rows a
-reordered weight runs faster than a plain one. Position-wise matmuls (``Kernels.linear``)
-run on many rows, where the plain weight is about as fast (2.5% slower for the highways at 256
-rows), and use it as it is wherever it can (``plain_takes``): no copy.
+MKL, torch's default CPU GEMM, picks its kernel (and so each sum's order) from the shapes, so
+through MKL every call keeps a fixed shape (``batch_invariant``). oneDNN's ``linear`` on a weight it
+reordered runs one kernel for any row count (measured on AVX-512/AMX and AVX2; ``available`` probes
+it), so one sentence runs as one row; in bf16 only without AMX (one sentence 1.5x faster than fp32
+on an AMD EPYC Zen 5). Long sums (K > ``K_BLOCK``) run whole where ``whole_sums_invariant`` finds
+that invariant (faster on the LSTM projection, K = 4096, N = 512), else in ``K_BLOCK`` blocks added
+in order, so that no call splits a sum across threads. Calls run zero-padded to a few row counts
+(``bucket_rows``).
 """
 
 from __future__ import annotations
@@ -37,10 +19,8 @@ import torch
 from torch import Tensor
 
 from . import machine
-from .precision import operand
-from .probes import PROBE_ERRORS, probed_thread_counts, remembered, rows_agree
-from .row_buckets import padded_to_bucket
-from .weight_copies import derived_copy
+from .machine import PROBE_ERRORS, probed_thread_counts, remembered, rows_agree
+from .precision import derived_copy, operand
 
 # The longest sum one GEMM call takes: measured thread-count invariant in MKL up to 512 (not 2048).
 K_BLOCK = 512
@@ -50,9 +30,7 @@ _PROBED_ROWS = (2, 3, 7, 16, 17, 33, 64, 129, 256)  # up to the char encoder's b
 
 
 def available(device: torch.device, precision: str = "fp32") -> bool:
-    """True when ``precision`` ("fp32" or "bf16") matmuls on ``device`` can run through oneDNN with
-    rows independent of the row count: a CPU, a torch built with oneDNN, and a probe that finds
-    it so on this machine (in bf16 it does on AVX512_BF16 without AMX, not on AMX)."""
+    """Whether ``precision`` ("fp32", "bf16") matmuls on CPU run through oneDNN row-count invariant here."""
     if device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     if precision == "bf16" and "amx_bf16" in machine.cpu_features():
@@ -95,15 +73,9 @@ def _bf16_runs() -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool = True) -> Tensor:
-    """``x @ weight.T``; in fp32 each row is bitwise independent of the number of rows.
-
-    Args:
-        x: (M, K) fp32, any M >= 1. weight: (N, K), a parameter (its copies are cached).
-        reordered: False uses the weight as it is (no extra copy; pads a single row to two; needs
-            ``plain_takes(weight, precision)``).
-    Returns:
-        (M, N) fp32.
-    """
+    """``x @ weight.T``: x (M, K) fp32, M >= 1; weight (N, K), its copies cached -> (M, N) fp32, in
+    fp32 each row bitwise independent of M. ``reordered=False`` uses the weight as it is (no copy; a
+    single row padded to two; needs ``plain_takes(weight, precision)``)."""
     if not reordered:
         if not plain_takes(weight, precision):
             raise ValueError(
@@ -116,10 +88,9 @@ def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool =
 
 
 def _linear_blocks(x: Tensor, blocks: List[Tensor], two_rows: bool = False) -> Tensor:
-    """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded).
-    The rows run padded to their bucket (``row_buckets``: a bounded number of compiled kernels);
-    ``two_rows``: a single row is padded to two, where oneDNN would take another kernel (a GEMV)
-    for one row: a plain weight, or a reordered one longer than K_BLOCK."""
+    """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded), rows
+    padded to their bucket (``bucket_rows``); ``two_rows``: a single row padded to two, where oneDNN
+    would sum one row in another order (a GEMV): a plain weight, or a reordered one longer than K_BLOCK."""
     rows = x.shape[0]
     x = padded_to_bucket(x, least=2 if two_rows else 1)
     out, start = None, 0
@@ -133,16 +104,17 @@ def _linear_blocks(x: Tensor, blocks: List[Tensor], two_rows: bool = False) -> T
 
 
 def plain_takes(weight: Tensor, precision: str = "fp32") -> bool:
-    """Whether ``linear`` can use ``weight`` (N, K) as it is: K <= K_BLOCK, or in fp32 a longer K
-    summed whole where the probe finds it row- and thread-count invariant."""
+    """Whether ``linear`` can use ``weight`` (N, K) as it is (no copy): K <= K_BLOCK, or in fp32 a
+    longer K summed whole where the probe finds it row- and thread-count invariant. Position-wise
+    matmuls (``Backend.linear``) do so: 2.5% slower for the highways at 256 rows than a reordered
+    weight, which the step loop takes (168 MB for the original model; faster at a few rows)."""
     if weight.shape[1] <= K_BLOCK:
         return True
     return precision == "fp32" and whole_sums_invariant(weight.detach(), "plain")
 
 
 def reordered_blocks(weight: Tensor, precision: str = "fp32") -> List[Tensor]:
-    """The weight (N, K) cut into K blocks of K_BLOCK columns, each in oneDNN's own layout, in
-    ``precision``; made once per weight (or view of one) and version."""
+    """The weight (N, K) in oneDNN's layout and ``precision``, whole or in K_BLOCK blocks; cached."""
     return derived_copy(weight, ("onednn", precision), lambda tensor: _reordered(tensor, precision))
 
 
@@ -161,12 +133,10 @@ def _reorder(block: Tensor) -> Tensor:
 
 
 def whole_sums_invariant(weight: Tensor, layout: str, laid_out: Optional[Tensor] = None) -> bool:
-    """Whether oneDNN's fp32 rows for a weight of this shape (N, K), plain or reordered
-    (``layout``), its sum over the whole K in one call, are bitwise the same for any row count
-    from 2 up and any thread count: probed once per shape and layout, with the thread counts of
-    ``probed_thread_counts``, on the weight itself (``laid_out``: ``weight`` in that layout; no
-    second weight in memory) unless it is too sparse to show the order of its sums (then on a
-    random one)."""
+    """Whether oneDNN's fp32 rows for a weight of this shape (N, K) and ``layout`` ("plain" or
+    "reordered"), summed over the whole K in one call, match for any row count from 2 up at each of
+    ``probed_thread_counts``; probed once per shape and layout on the weight itself (``laid_out``:
+    it so laid out; no copy), or on a random one where it is too sparse to show its order of sums."""
     threads = probed_thread_counts()
 
     def probe() -> bool:
@@ -185,3 +155,29 @@ def _rows_agree_on_every_thread_count(weight: Tensor, thread_counts: Tuple[int, 
         torch.ops.mkldnn._linear_pointwise, W=weight, B=None, attr="none", scalars=[], algorithm=""
     )
     return rows_agree(linear, x, _PROBED_ROWS, thread_counts)
+
+
+# Counts up to here run as they are; above, four sizes per power of two.
+_EXACT_UP_TO = 8
+
+
+def bucket_rows(rows: int) -> int:
+    """The size a call of ``rows`` rows runs at: ``rows`` up to 8, else ``rows`` rounded up to a
+    multiple of a quarter of the power of two below it (9 -> 10, 17 -> 20, 129 -> 160): at most 25%
+    more rows, 28 sizes up to 256. oneDNN compiles a kernel per shape and caches up to 1,024, so
+    exact row counts would grow a service's memory with its docs' lengths (BENCHMARKS.md: "Memory
+    over a long run"). Zero rows change no other row where the rows are probed row-count invariant."""
+    if rows <= _EXACT_UP_TO:
+        return rows
+    step = 1 << (rows.bit_length() - 3)  # a quarter of the power of two at or below rows
+    return -(-rows // step) * step
+
+
+def padded_to_bucket(x: Tensor, least: int = 1) -> Tensor:
+    """x (M, K) with zero rows appended up to ``bucket_rows(max(M, least))`` rows."""
+    rows = bucket_rows(max(x.shape[0], least))
+    if rows == x.shape[0]:
+        return x
+    padded = x.new_zeros(rows, x.shape[1])
+    padded[: x.shape[0]] = x
+    return padded

@@ -1,30 +1,26 @@
 """Opt-in reduced precision for inference matmuls: trade exactness for speed.
 
-``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (AMX or
-AVX512_BF16 through oneDNN on recent x86 CPUs, tensor cores on GPUs), accumulating in fp32, and
-returns fp32. ``int8`` quantizes the weights once per output channel and the activations per row
-at each call, and sums the int8 products exactly (``quantized``): fastest on CPUs with int8 dot
-products (VNNI/AMX), a single sentence included, the same bits on every CPU; the least exact. In both, elementwise work
-(gates, cell state, clipping) stays fp32, and results still do not depend on batch companions:
-bf16 matmuls run on fixed shapes where oneDNN's bf16 kernels change with the row count (AMX), and
-on any row count where a probe finds they do not (see ``onednn``); int8 sums are exact integers,
-the same for any row count. What runs for each precision on this machine is ``select``'s rule.
+``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (oneDNN's AMX
+or AVX512_BF16 kernels, tensor cores on GPUs), accumulates and returns fp32. ``int8`` quantizes
+weights once per output channel and activations per row per call and sums the products exactly
+(``quantized``): the same bits on every CPU, the least exact. Elementwise work stays fp32, and
+results do not depend on batch companions: bf16 matmuls run on fixed shapes where a probe finds
+oneDNN's kernels change with the row count (``onednn``); int8 sums are exact. ``select`` says what
+runs on this machine. int8 covers every inference matmul; on the full-size model the char CNN's alone
+move layer 0 by at most 8e-4 (cosine >= 0.99997) and leave the LSTM layers' error as it is.
 
-int8 covers every matmul of inference: the LSTM's input, recurrent and projection weights, and
-the char CNN's convolutions, highways and token projection. The char CNN's share of the error is
-small: on the full-size model it alone moves layer 0 by at most 8e-4 (cosine >= 0.99997) and
-leaves the LSTM layers' error as it is.
-
-The bfloat16 or int8 copy of a weight is made once and kept beside the weight (dropped with it,
-and remade when the weight changes in place).
+Copies derived from a weight (bfloat16, int8, oneDNN's reordered blocks, Triton's stacked weights) are
+made once, under a lock, and kept beside it (``derived_copy``) until it is collected or changes in place.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from typing import Any, Callable, Dict, Hashable, Tuple
+
 import torch
 from torch import Tensor
-
-from .weight_copies import derived_copy
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -43,9 +39,7 @@ def check_precision(precision: str) -> str:
 
 
 def operand(tensor: Tensor, precision: str = "fp32") -> Tensor:
-    """``tensor`` as a floating-point matmul operand in ``precision``: as it is for fp32; for bf16
-    a bfloat16 copy, made once and cached when it is a parameter (or a view of one). int8 matmuls
-    are not products of operands: they run through ``quantized.linear``."""
+    """``tensor`` as a matmul operand: fp32 as is, bf16 a copy (cached for parameters); int8: ``quantized.linear``."""
     if precision == "fp32":
         return tensor
     if precision == "bf16":
@@ -58,3 +52,28 @@ def _bf16(tensor: Tensor) -> Tensor:
     if not base.requires_grad and not isinstance(base, torch.nn.Parameter):
         return tensor.to(torch.bfloat16)  # an activation: converted every time
     return derived_copy(tensor, "bf16", lambda weight: weight.to(torch.bfloat16))
+
+
+# id(base tensor) -> {(kind, view geometry, version): copy}
+_COPIES: Dict[int, Dict[Tuple, Any]] = {}
+_LOCK = threading.RLock()  # a copy's make may itself take a copy (a reordered block of a bf16 copy)
+
+
+def derived_copy(tensor: Tensor, kind: Hashable, make: Callable[[Tensor], Any]) -> Any:
+    """``make(tensor)``, cached per ``kind``, view (shape, strides, offset, device) and base version."""
+    base = tensor._base if tensor._base is not None else tensor
+    view = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.device)
+    key = (kind, view, base._version)
+    copy = _COPIES.get(id(base), {}).get(key)
+    if copy is not None:
+        return copy
+    with _LOCK:
+        copies = _COPIES.get(id(base))
+        if copies is None:
+            copies = _COPIES[id(base)] = {}
+            weakref.finalize(base, _COPIES.pop, id(base), None)
+        if key not in copies:
+            for stale in [k for k in copies if k[-1] != base._version]:
+                del copies[stale]  # the weight changed in place since
+            copies[key] = make(tensor)
+        return copies[key]

@@ -1,33 +1,12 @@
 """int8 matmuls: weights quantized once per output channel, activations per row at each call,
-products summed exactly.
+products summed exactly, so a row's result does not depend on the row count, the kernel or the
+thread count (no fixed shapes or K blocks as in ``batch_invariant``).
 
-A row v (of a weight (N, K), or of an activation (M, K)) becomes ``round(v / s)`` in int8 with
-its own scale ``s = max|v| / 127`` (symmetric; a row of zeros gets scale 0 and zeros). The
-products of a row are summed exactly: |sum| <= K * 127 * 127, below 2**31 for K up to 133,000. So
-a row's integer result is the same whatever the number of rows, the kernel or the thread count:
-int8 needs neither the fixed shapes nor the K blocks of ``batch_invariant``. The sums become
-results by a fixed sequence of elementwise IEEE operations, ``(fp32(sum) * s_w) * s_x (+ bias)``,
-which round alike on every code path (the scale's inverse is taken with ``reciprocal``, never by
-dividing by a broadcast scalar, which ATen may compute as a multiplication by the reciprocal for
-one row and as a division for several).
-
-Every kernel of ``INT8_KERNELS`` gives ``fp32(exact sum) * s_w``, so every kernel gives the same
-bits for the same activation, on any CPU: which one runs changes the speed, never the numbers.
-
-- ``onednn``: oneDNN's int8 linear on AMX (``amx_int8``), for weights with K and N of at least
-  64. Without AMX oneDNN may answer with its reference kernel (exact, about 1,000 times slower).
-- ``int_mm``: ``torch._int_mm`` on CPUs whose int8 dot products sum in int32 (VNNI:
-  ``avx512_vnni``, ``avx_vnni``, or AMX) and on CUDA (cuBLASLt: more than 16 rows, K and N
-  multiples of 8; the weight copy is padded once with zeros, each activation per call). Without
-  VNNI, AVX2 multiplies pairs of bytes into saturating int16 or runs a reference loop.
-- ``fp32_sums``: the int8 values as fp32 operands of fp32 GEMMs over blocks of at most
-  ``FP32_EXACT_K`` products, whose every partial sum is an integer below 2**24 and so exact in any
-  order, whatever kernel computes it; the blocks' sums are added in int32. Any CPU: int8's numbers,
-  a little slower than fp32 (the GEMMs run through oneDNN's own weight layout where this torch has
-  it, faster at a few rows than MKL on a plain weight).
-
-Each kernel is used only where a probe finds its sums exact for 1 to 300 rows (``_sums_exact``).
-The quantized copy of a weight is made once and kept beside it (``weight_copies``).
+Sums become results by fixed elementwise IEEE operations, ``(fp32(sum) * s_w) * s_x (+ bias)``. A
+scale's inverse comes from ``reciprocal``, never from dividing by a broadcast scalar, which ATen may
+compute as a multiplication by the reciprocal for one row and as a division for several. Every kernel
+of ``INT8_KERNELS`` gives the same bits (``fp32_sums``, on any CPU, a little slower than fp32); each
+runs only where ``_sums_exact`` finds it exact.
 """
 
 from __future__ import annotations
@@ -39,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .probes import PROBE_ERRORS, remembered
-from .row_buckets import bucket_rows, padded_to_bucket
-from .weight_copies import derived_copy
+from .machine import PROBE_ERRORS, remembered
+from .onednn import bucket_rows, padded_to_bucket
+from .precision import derived_copy
 
 INT8_MAX = 127
-# The longest sum whose int32 total cannot overflow: K * 127 * 127 < 2**31.
+# The longest sum whose int32 total cannot overflow: K * 127 * 127 < 2**31 (K up to 133,000).
 MAX_K = (2**31 - 1) // (INT8_MAX * INT8_MAX)
 # The longest sum of int8 products that fp32 holds exactly whatever the order: K * 127 * 127 < 2**24.
 FP32_EXACT_K = 1024
@@ -52,15 +31,14 @@ FP32_EXACT_K = 1024
 _ONEDNN_MIN_SIZE = 64
 # cuBLASLt's int8 GEMM: more than 16 rows; K and N multiples of 8.
 _CUDA_MIN_ROWS, _CUDA_MULTIPLE = 17, 8
-# Int8 dot products that sum in int32.
+# Int8 dot products that sum in int32; without them AVX2 sums byte pairs in saturating int16.
 VNNI_FEATURES = ("amx_int8", "avx512_vnni", "avx_vnni")
 
 
 @dataclass(frozen=True)
 class Int8Kernel:
-    """A way to sum int8 products exactly: ``name`` (its key in ``INT8_KERNELS``), what ``info``
-    calls it, the CPU features it needs (any one of them; none: every CPU), and the type its
-    operands hold the int8 levels in."""
+    """A way to sum int8 products exactly: its ``INT8_KERNELS`` key, its name in ``info``, the CPU
+    features it needs (any one; none: every CPU), and the type its operands hold the levels in."""
 
     name: str
     title: str
@@ -68,6 +46,7 @@ class Int8Kernel:
     operand: torch.dtype = torch.int8
 
 
+# "onednn" needs AMX: without it oneDNN may run its reference kernel (exact, about 1,000 times slower).
 INT8_KERNELS = {
     kernel.name: kernel
     for kernel in (
@@ -80,15 +59,9 @@ INT8_KERNELS = {
 
 @dataclass(frozen=True)
 class QuantizedWeight:
-    """A weight (N, K) in int8, in the layout of the kernel that sums it.
-
-    kernel: the ``INT8_KERNELS`` name. values_t: for ``int_mm``, the int8 levels transposed
-        (K', N'), column-major (K' >= K and N' >= N padded with zeros where CUDA needs it); None
-        otherwise. onednn: oneDNN's prepacked copy (``onednn``). blocks: for ``fp32_sums``, the
-        fp32 levels in K blocks of ``FP32_EXACT_K`` columns, each (N, K_b) in oneDNN's layout where
-        ``onednn_fp32_runs``, else (K_b, N) column-major for ``torch.mm``.
-    scale: (N,) fp32, one per output channel.
-    """
+    """A weight (N, K) in int8 in the layout of ``kernel`` (an ``INT8_KERNELS`` name); scale (N,)
+    fp32; values_t (``int_mm``): the levels transposed (K', N'), column-major, zero-padded where CUDA
+    needs it; onednn: oneDNN's prepacked copy; blocks (``fp32_sums``): ``fp32_blocks``' K blocks."""
 
     kernel: str
     scale: Tensor
@@ -102,15 +75,9 @@ class QuantizedWeight:
 
 
 def quantize_rows(x: Tensor, dtype: torch.dtype = torch.int8) -> Tuple[Tensor, Tensor]:
-    """Symmetric per-row int8 quantization, rounding to nearest.
-
-    Args:
-        x: (M, K) float. dtype: the values' type: int8, or fp32 holding the same integers (what
-            ``fp32_sums`` multiplies, without a conversion).
-    Returns:
-        values (M, K) in [-127, 127] and scale (M,) fp32 with values * scale[:, None] ~ x; a row of
-        zeros (padding) gets scale 0 and zeros, without NaN.
-    """
+    """Symmetric per-row int8 quantization, rounding to nearest: x (M, K) -> values (M, K) in
+    [-127, 127] as ``dtype`` (int8, or fp32 for ``fp32_sums``) and scale (M,) fp32, values *
+    scale[:, None] ~ x; a row of zeros (padding) gets scale 0 and zeros, without NaN."""
     x = x.float()
     scale = x.abs().amax(dim=1) / INT8_MAX
     # A scale too small for a finite reciprocal only comes from a row of zeros or of subnormals.
@@ -121,8 +88,7 @@ def quantize_rows(x: Tensor, dtype: torch.dtype = torch.int8) -> Tuple[Tensor, T
 
 
 def check_sum_length(inner: int, what: str) -> None:
-    """Refuse int8 sums of more than MAX_K products (their int32 total could overflow): a
-    ValueError naming ``what`` and the alternative."""
+    """Raise ValueError for int8 sums of more than MAX_K products (their int32 total could overflow)."""
     if inner > MAX_K:
         raise ValueError(
             f"precision 'int8' cannot run {what}: int8 sums of {inner} products could overflow int32 (at most "
@@ -131,8 +97,7 @@ def check_sum_length(inner: int, what: str) -> None:
 
 
 def quantized_weight(weight: Tensor, kernel: Int8Kernel) -> QuantizedWeight:
-    """The int8 copy of ``weight`` (N, K) for ``kernel``, made once per weight (or view of one),
-    kernel and version."""
+    """The int8 copy of ``weight`` (N, K) for ``kernel``, made once per weight, kernel and version."""
     return derived_copy(weight, ("int8", kernel.name), lambda tensor: quantize_weight(tensor, kernel))
 
 
@@ -163,14 +128,8 @@ def _quantize_in_chunks(weight: Tensor, rows: int = 1024) -> Tuple[Tensor, Tenso
 
 
 def linear(x: Tensor, weight: Tensor, kernel: Int8Kernel, bias: Optional[Tensor] = None) -> Tensor:
-    """``x @ weight.T + bias`` with int8 operands and exact sums, through ``kernel``.
-
-    Args:
-        x: (M, K) float, any M >= 0. weight: (N, K), a parameter (its int8 copy is cached).
-        bias: (N,) or None, added in fp32.
-    Returns:
-        (M, N) fp32, contiguous; each row bitwise independent of M, of the other rows and of the kernel.
-    """
+    """``x @ weight.T + bias`` with int8 operands and exact sums: x (M, K), M >= 0; weight (N, K), its
+    int8 copy cached; bias (N,) or None, added in fp32 -> (M, N) fp32, contiguous, rows independent of M."""
     if x.shape[1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[1]} features but the weight takes {weight.shape[1]}.")
     values, x_scale = quantize_rows(x, kernel.operand)
@@ -181,15 +140,8 @@ def linear(x: Tensor, weight: Tensor, kernel: Int8Kernel, bias: Optional[Tensor]
 
 
 def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
-    """``fp32(values @ weight_values.T) * weight.scale``: the exact integer sums, converted to
-    fp32 (rounding to nearest even past 2**24), times each output channel's scale; the same bits
-    on every kernel.
-
-    Args:
-        values: (M, K) int8 (or, for ``fp32_sums``, fp32 holding int8 levels), any M >= 0.
-    Returns:
-        (M, N) fp32, contiguous.
-    """
+    """values (M, K) int8 (fp32 levels for ``fp32_sums``), M >= 0 -> (M, N) fp32, contiguous:
+    ``fp32(values @ weight_values.T) * weight.scale``, exact sums rounded to nearest even past 2**24."""
     if values.shape[0] == 0:
         return values.new_zeros((0, weight.out_features), dtype=torch.float32)
     if weight.onednn is not None:
@@ -202,9 +154,8 @@ def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:
 
 
 def int_mm(a: Tensor, b: Tensor) -> Tensor:
-    """Exact int32 ``a @ b`` for a (M, K) int8 and b (K', N) int8 with K' >= K (the rows past K
-    must be zeros): a is padded to K' columns, on CUDA to at least 17 rows (cuBLASLt), on CPU to
-    its rows' bucket (``row_buckets``: oneDNN compiles a kernel per shape). Returns (M, N) int32."""
+    """Exact int32 ``a @ b``: a (M, K) int8, b (K', N) int8 with K' >= K, zero past row K -> (M, N)
+    int32; a is padded to K' columns and, on CPU, to its rows' bucket (``onednn.bucket_rows``)."""
     rows, columns = a.shape
     if rows == 0:
         return a.new_zeros((0, b.shape[1]), dtype=torch.int32)
@@ -216,18 +167,17 @@ def int_mm(a: Tensor, b: Tensor) -> Tensor:
 
 
 def fp32_blocks(levels: Tensor, onednn: Optional[bool] = None) -> Tuple[Tensor, ...]:
-    """levels (N, K) fp32 holding int8 levels -> K blocks of ``FP32_EXACT_K`` columns, laid out for
-    ``fp32_sums``: oneDNN's layout where ``onednn`` (default: ``_through_onednn``), else (K_b, N)
-    column-major."""
+    """levels (N, K) fp32 -> ``FP32_EXACT_K``-column blocks for ``fp32_sums``: (N, K_b) in oneDNN's
+    layout where ``onednn`` (default ``_through_onednn``; faster at a few rows than MKL on a plain
+    weight), else (K_b, N) column-major."""
     onednn = _through_onednn(levels.device) if onednn is None else onednn
     blocks = [levels[:, start : start + FP32_EXACT_K].contiguous() for start in range(0, levels.shape[1], FP32_EXACT_K)]
     return tuple(torch.ops.mkldnn._reorder_linear_weight(block, 16) if onednn else block.t() for block in blocks)
 
 
 def fp32_sums(a: Tensor, blocks: Tuple[Tensor, ...], onednn: Optional[bool] = None) -> Tensor:
-    """``fp32(a @ levels.T)`` for a (M, K) int8 levels (int8 or fp32) and the weight's levels as
-    ``fp32_blocks`` laid them out (``onednn`` as there): one fp32 GEMM per block, each exact
-    whatever its order of sums, the blocks added in int32. Returns (M, N) fp32."""
+    """``fp32(a @ levels.T)`` for a (M, K) levels (int8 or fp32) and ``fp32_blocks``' blocks (``onednn``
+    as there) -> (M, N) fp32: one fp32 GEMM per block, exact in any order, blocks added in int32."""
     rows = a.shape[0]
     onednn = _through_onednn(a.device) if onednn is None else onednn
     a_float = padded_to_bucket(a.float()) if onednn else a.float()  # oneDNN compiles a kernel per shape
@@ -251,8 +201,7 @@ def _through_onednn(device: torch.device) -> bool:
 
 
 def onednn_fp32_runs() -> bool:
-    """Whether this torch has oneDNN's fp32 linear on a reordered weight and it sums int8 levels
-    exactly here (``_sums_exact``); probed once per process."""
+    """Whether this torch's oneDNN fp32 linear on a reordered weight sums int8 levels exactly here."""
     return remembered("int8 sums through oneDNN fp32", _probe_onednn_fp32)
 
 
@@ -270,7 +219,7 @@ def _prepack(values: Tensor, scale: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
 
 def _onednn_scaled_sums(values: Tensor, weight: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
     """values (M, K) int8, M >= 1 -> (M, N) fp32 ``fp32(sums) * scale``, through oneDNN, its rows
-    padded to their bucket (``row_buckets``): activation scale 1 and zero points 0."""
+    padded to their bucket (``onednn.bucket_rows``): activation scale 1 and zero points 0."""
     packed, scale, zeros = weight
     rows = values.shape[0]
     return torch.ops.onednn.qlinear_pointwise(
@@ -280,9 +229,8 @@ def _onednn_scaled_sums(values: Tensor, weight: Tuple[Tensor, Tensor, Tensor]) -
 
 
 def exact_int8_kernels(device: torch.device, features: frozenset) -> Tuple[Int8Kernel, ...]:
-    """Every kernel of ``INT8_KERNELS`` whose sums a probe finds exact on ``device``, where the CPU
-    ``features`` allow it, in the order of the rule that picks one (``select``): oneDNN on AMX,
-    ``torch._int_mm`` on VNNI, then fp32 GEMMs. On CUDA: ``torch._int_mm``."""
+    """The kernels of ``INT8_KERNELS`` that the CPU ``features`` allow and a probe finds exact, in
+    ``select``'s order of preference; on CUDA ``torch._int_mm``."""
     if device.type == "cuda":
         return (INT8_KERNELS["int_mm"],)
     return tuple(kernel for kernel in INT8_KERNELS.values() if _allowed(kernel, features) and sums_exact(kernel))
@@ -293,8 +241,7 @@ def _allowed(kernel: Int8Kernel, features: frozenset) -> bool:
 
 
 def sums_exact(kernel: Int8Kernel) -> bool:
-    """Whether ``kernel`` is present here and gives ``fp32(exact sums) * scale``, bit for bit, for
-    any number of rows on this CPU (``_sums_exact``); probed once per process."""
+    """Whether ``kernel`` runs here with sums that ``_sums_exact`` finds exact; probed once per process."""
     return remembered(("int8 sums exact", kernel.name), lambda: _probe(kernel))
 
 

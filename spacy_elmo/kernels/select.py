@@ -1,27 +1,10 @@
-"""``select``: the one decision of what a model's matmuls run, made once when a precision is set.
+"""``select``: what a model's matmuls run, decided once when a precision is set.
 
-What runs is a pure function of what the machine is (its CPU features as ``ONEDNN_MAX_CPU_ISA``
-caps them, exactness probes of the kernels, the CUDA device, torch's version, the thread count)
-and the precision asked for. Nothing is timed: a machine busy with other work loads the same
-kernels and gives the same vectors as a quiet one. How fast each precision is here is advice
-(``advice``), printed by ``info --machine`` and warned about at load, never a switch.
-
-The rules (CPU; the first row that applies; ``info --machine`` prints what applies here):
-
-- fp32: oneDNN at any row count where its probe finds rows independent of the row count at every
-  thread count (AVX2 and AVX-512 CPUs); else MKL on fixed shapes.
-- bf16: needs bfloat16 dot products (``avx512_bf16`` or ``amx_bf16``) and this torch's oneDNN bf16
-  linear: without AMX at any row count (probed), on AMX on fixed row counts (its tiles change
-  kernels with the row count). Without them bf16 runs exact fp32 (``PrecisionFallback``, naming
-  the missing feature): converting in software is slower than fp32, and AVX2-only torch refuses
-  bf16 linears.
-- int8: the first exact kernel of ``quantized.INT8_KERNELS`` the features allow: oneDNN on AMX
-  (``amx_int8``), ``torch._int_mm`` on VNNI (``avx512_vnni``, ``avx_vnni``), fp32 GEMMs on every
-  other CPU (int8's numbers, no faster than fp32: the choice says so, and a load warns once).
-  All give the same bits, so the features change the speed, never the numbers.
-
-On a CUDA GPU fp32 and bf16 run the Triton kernels (``triton_ops``) where Triton is installed, int8
-``torch._int_mm``.
+What runs is a pure function of the machine (CPU features as ``ONEDNN_MAX_CPU_ISA`` caps them,
+kernel exactness probes, the CUDA device, torch's version, the thread count) and the precision.
+Nothing is timed, so a busy machine loads the same kernels and gives the same vectors as a quiet
+one; speed is ``advice``, never a switch. Each rule's reason is in its ``KernelChoice``, which
+``info --machine`` prints. A precision with no kernel here runs exact fp32 (``PrecisionFallback``).
 """
 
 from __future__ import annotations
@@ -31,8 +14,17 @@ from typing import Optional, Tuple, Type
 import torch
 
 from . import machine, onednn, quantized, triton_ops
+from .backends import (
+    Backend,
+    CudaFixedShapes,
+    FixedShapes,
+    Int8Sums,
+    KernelChoice,
+    OneDnnAnyRows,
+    OneDnnFixedRows,
+    TritonBackend,
+)
 from .batch_invariant import Blocking
-from .kernel_set import FixedShapes, Int8Sums, KernelChoice, Kernels, OneDnnAnyRows, OneDnnFixedRows, TritonKernels
 from .precision import check_precision
 
 BF16_FEATURES = ("amx_bf16", "avx512_bf16")
@@ -42,20 +34,20 @@ class PrecisionFallback(UserWarning):
     """A reduced precision runs as exact fp32 on this machine: it has no kernel for it."""
 
 
-def select(device: torch.device, precision: str, blocking: Optional[Blocking] = None) -> Kernels:
-    """The kernels that run ``precision`` on ``device`` (the same for the same machine, torch,
+def select(device: torch.device, precision: str, blocking: Optional[Blocking] = None) -> Backend:
+    """The backend that runs ``precision`` on ``device`` (the same for the same machine, torch,
     thread count and settings), on ``blocking``'s fixed sizes (default: the device's)."""
     check_precision(precision)
     if device.type == "cuda":
         choice, kind, int8 = _on_cuda(precision)
     else:
         choice, kind, int8 = _on_cpu(precision, machine.cpu_features())
-    gpu = triton_ops.for_device(device, choice.runs) if kind is TritonKernels else None
+    gpu = triton_ops.for_device(device, choice.runs) if kind is TritonBackend else None
     return kind(device, choice, blocking or Blocking.for_device(device), int8, gpu)
 
 
-# what runs, in words; the class of kernels that runs it; its int8 kernel, for int8
-Decision = Tuple[KernelChoice, Type[Kernels], Optional[quantized.Int8Kernel]]
+# what runs, in words; the class of backend that runs it; its int8 kernel, for int8
+Decision = Tuple[KernelChoice, Type[Backend], Optional[quantized.Int8Kernel]]
 
 
 def _on_cpu(precision: str, features: frozenset) -> Decision:
@@ -68,7 +60,7 @@ def _on_cpu(precision: str, features: frozenset) -> Decision:
 
 def _fp32_on_cpu(features: frozenset, requested: str = "fp32", why_not: Optional[str] = None) -> Decision:
     vector = tuple(name for name in ("avx512f", "avx2") if name in features)[:1]
-    kind: Type[Kernels]
+    kind: Type[Backend]
     if onednn.available(torch.device("cpu")):
         kernel, kind = "oneDNN fp32, any row count", OneDnnAnyRows
         reason = "exact; oneDNN's rows were probed independent of the row count on this CPU"
@@ -93,7 +85,7 @@ def _bf16_on_cpu(features: frozenset) -> Decision:
     if not onednn.bf16_runs():
         why = f"this torch's oneDNN bf16 linear did not run on this CPU ({', '.join(present)})."
         return _fp32_on_cpu(features, "bf16", why)
-    kind: Type[Kernels]
+    kind: Type[Backend]
     if onednn.available(torch.device("cpu"), "bf16"):
         kernel, kind = "oneDNN bf16, any row count", OneDnnAnyRows
         why = "rows probed independent of the row count on this CPU"
@@ -126,7 +118,7 @@ def _on_cuda(precision: str) -> Decision:
         int_mm = quantized.INT8_KERNELS["int_mm"]
         return KernelChoice("int8", "int8", "torch._int_mm (cuBLASLt)", "exact integer sums"), Int8Sums, int_mm
     triton = triton_ops.triton_available()
-    kind = TritonKernels if triton else FixedShapes
+    kind = TritonBackend if triton else CudaFixedShapes
     if precision == "bf16":
         if not torch.cuda.is_bf16_supported():
             why = "this GPU has no bfloat16 arithmetic (compute capability 8.0 or later has)."
@@ -137,16 +129,8 @@ def _on_cuda(precision: str) -> Decision:
 
 
 def _fp32_on_cuda(triton: bool, requested: str = "fp32", why_not: Optional[str] = None) -> Decision:
-    kind = TritonKernels if triton else FixedShapes
+    kind = TritonBackend if triton else CudaFixedShapes
     kernel = "Triton fp32 (IEEE, fixed tiles)" if triton else "torch on cuda (fixed shapes)"
     if why_not is not None:
         return KernelChoice(requested, "fp32", "exact fp32 in its place", why_not), kind, None
     return KernelChoice("fp32", "fp32", kernel, "exact; the default"), kind, None
-
-
-def check_int8_fits(model: torch.nn.Module) -> None:
-    """Refuse int8 for a model with a matmul summing more than ``quantized.MAX_K`` products: its
-    int32 sums could overflow. Raises ValueError naming the weight and the alternative."""
-    for name, weight in model.named_parameters():
-        if weight.dim() >= 2:
-            quantized.check_sum_length(weight[0].numel(), f"this model (its weight {name})")

@@ -1,21 +1,13 @@
-"""Triton kernels for inference on CUDA whose rows do not depend on how many rows there are.
+"""Triton kernels for inference on CUDA whose rows do not depend on how many rows a call has.
 
-Every kernel here computes an output row from its own input row with the same instructions, in the
-same order, whatever else is in the call: the tile shapes and the order of the sum over K are
-compile-time constants (one tile configuration per kernel and dtype, ``triton_ops.TILES``), the row
-count is a run-time argument that only masks loads and stores, and a sum split across programs is
-split into pieces of a fixed length that the next kernel adds in order. So a sentence gets the same
-bits alone and inside a batch of any size, with no padding to fixed shapes. fp32 products are IEEE
-(``input_precision="ieee"`` or ``tl.fma``: fused multiply-adds, no TF32); bf16 products run on
-tensor cores and every sum accumulates in fp32.
-
-Written for Triton's interpreter too (``TRITON_INTERPRET=1``, how the tests run these kernels on a
-CPU): loops over a run-time count are ``while`` loops and sizes that bound a ``range`` are
-constexpr (the interpreter cannot take a run-time count there), and a kernel calls other jit
-functions once per program, never inside a loop (the interpreter spends about a millisecond on each
-call). bf16 operands are rounded to
-the nearest (ties to even), as torch's ``.to(torch.bfloat16)``; ``input_precision="ieee"`` only
-matters to fp32 operands.
+Tile shapes and the order of each sum over K are compile-time constants (``triton_ops.TILES``), the
+row count only masks loads and stores, and a sum split across programs is split into fixed-length
+pieces that the next kernel adds in order; no padding. fp32 products are IEEE (``tl.fma``, or
+``input_precision="ieee"``, which bf16 operands ignore; no TF32); bf16 operands round to nearest
+even, as ``.to(torch.bfloat16)``; sums accumulate in fp32. For Triton's interpreter
+(``TRITON_INTERPRET=1``, the tests on CPU), loops over a run-time count are ``while`` loops,
+``range`` bounds are constexpr, and a kernel calls other jit functions once per program, never in a
+loop (the interpreter spends about a millisecond per call).
 """
 
 from __future__ import annotations
@@ -44,13 +36,10 @@ def linear_kernel(
     BK: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """out[b] = x[b] @ w[b].T (+ bias[b]) for a batch of B matmuls (program axis 1).
-
-    x (B, rows, K) with the given strides (a batch stride of 0 shares x), contiguous rows;
-    w (B, N, K) contiguous; bias (B, N); out (B, rows, N) with the given strides, contiguous rows.
-    Programs walk GROUP_M row blocks down a column block before the next, so a weight tile is read
-    from L2 by the row blocks that share it.
-    """
+    """out[b] = x[b] @ w[b].T (+ bias[b]) for B matmuls (program axis 1): x (B, rows, K) and out
+    (B, rows, N) with the given strides (x's batch stride 0: shared), contiguous rows; w (B, N, K)
+    contiguous; bias (B, N). Programs walk GROUP_M row blocks down a column block before the next,
+    so the row blocks sharing a weight tile read it from L2."""
     pid = tl.program_id(0)
     batch = tl.program_id(1)
     row_blocks = (rows + BM - 1) // BM
@@ -95,13 +84,10 @@ def conv_max_kernel(
     BN: tl.constexpr,
     BK: tl.constexpr,
 ):
-    """Every filter's best score over a token's windows of characters, without bias.
-
-    chars (tokens, positions, E): each token's embedded characters, ``positions`` of them (the char
-    axis as trimmed); w (F, WIDEST * E): each filter's weights position-major (position j's E
-    weights at j * E), zero past its own width; widths (F,) int32. Window p of a filter of width w
-    reads characters p .. p + w - 1 and counts where p + w <= positions. -> out (tokens, F).
-    """
+    """Every filter's best score over a token's character windows, without bias: chars (tokens,
+    positions, E); w (F, WIDEST * E) position-major (position j's weights at j * E), zero past the
+    filter's width; widths (F,) int32 -> out (tokens, F). Window p of width w reads characters
+    p .. p + w - 1 and counts where p + w <= positions."""
     token_block = tl.program_id(0)
     filter_block = tl.program_id(1)
     t = token_block * BM + tl.arange(0, BM)
@@ -131,29 +117,23 @@ def conv_max_kernel(
 # fmt: off
 @triton.jit(do_not_specialize=["step", "steps", "lanes", "lane_stride", "gate_rows", "sentences"])
 def lstm_cell_kernel(
-    h_ptr, c_ptr, hidden_ptr, w_hh_ptr, gate_inputs_ptr,  # the lanes' state, the weights, the inputs
-    token_ptr, start_ptr, active_ptr, start_h_ptr, start_c_ptr, end_ptr, final_c_ptr,  # the tables; stateful
+    h_ptr, c_ptr, hidden_ptr, w_hh_ptr, gate_inputs_ptr,
+    token_ptr, start_ptr, active_ptr, start_h_ptr, start_c_ptr, end_ptr, final_c_ptr,
     step, steps, lanes, lane_stride, gate_rows, sentences, pieces_ptr,
     PIECES: tl.constexpr, H: tl.constexpr, P: tl.constexpr, CELL_CLIP: tl.constexpr, STATEFUL: tl.constexpr,
     BF16: tl.constexpr, BM: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr,
 ):
     # fmt: on
-    """One step of both directions' cells (program axis 1: direction), on the lanes at work.
-
-    h (2, lanes, P), c and hidden (2, lanes, H), w_hh (2, P, 4H): the recurrent weights
-    transposed, gates in order i, f, g, o; gate_inputs (2, gate_rows, 4H): each token's
-    x @ w_ih.T + bias; token (2, steps, lane_stride) int32: the token each lane reads at each
-    step; start (steps, lane_stride) int32: 1 + the sentence that begins there, 0 where a lane goes
-    on; active (steps,) int32: the lanes at work (a prefix). A beginning lane starts from zeros, or
-    stateful from start_h/start_c (2, sentences, P/H); stateful, end (steps, lane_stride) marks
-    1 + the sentence whose last token is there and its cell goes to final_c (2, sentences, H).
-    Updates c, writes hidden = o * tanh(c).
-
-    The recurrent sums: with PIECES > 0, read from pieces (2, PIECES, lanes, 4H) that
-    ``step_pieces_kernel`` summed (fp32: fused multiply-add chains, the same arithmetic whatever
-    BM, so BM follows the lanes) and added here in order; with PIECES = 0, summed here by
-    ``tl.dot`` in bf16 on tensor cores (BM fixed).
-    """
+    """One step of both directions' cells (program axis 1: direction) on the lanes at work.
+    h (2, lanes, P), c and hidden (2, lanes, H); w_hh (2, P, 4H) transposed, gates i, f, g, o;
+    gate_inputs (2, gate_rows, 4H): each token's x @ w_ih.T + bias; token (2, steps, lane_stride)
+    int32: the token each lane reads at each step; start (steps, lane_stride) int32: 1 + the
+    sentence that begins there, 0 where a lane goes on; active (steps,) int32: the lanes at work (a
+    prefix). A beginning lane starts from zeros, or stateful from start_h/start_c (2, sentences,
+    P/H); stateful, end (steps, lane_stride) marks 1 + the sentence whose last token is there, whose
+    c goes to final_c (2, sentences, H). Updates c, writes hidden = o * tanh(c). Recurrent sums:
+    PIECES > 0 adds ``step_pieces_kernel``'s pieces (2, PIECES, lanes, 4H) in order; PIECES = 0
+    sums here with bf16 ``tl.dot`` (BM fixed)."""
     direction = tl.program_id(1)
     row_block, cell_block = _lane_blocks(lanes, BM)
     active = tl.load(active_ptr + step)
@@ -186,8 +166,7 @@ def lstm_cell_kernel(
 
 @triton.jit
 def _lane_blocks(lanes, BM: tl.constexpr):
-    """This program's block of BM lanes and its block of columns, lanes fastest: programs side by
-    side read the same weight or piece columns."""
+    """This program's block of BM lanes and of columns, lanes fastest: neighbours read the same columns."""
     pid = tl.program_id(0)
     return pid % ((lanes + BM - 1) // BM), pid // ((lanes + BM - 1) // BM)
 
@@ -270,14 +249,11 @@ def step_pieces_kernel(
 ):
     # fmt: on
     """A step's matmul in pieces, both directions (program axis 1): x (2, lanes, K) @ w (2, K, N),
-    each CHUNK-long piece of the sum over K on its own -> pieces (2, K / CHUNK, lanes, N), which
-    the next kernel adds in order (``lstm_cell_kernel``, ``lstm_projection_sum_kernel``). Pieces
-    of a fixed length give one sentence as many programs as a batch, and the same sums. Within a
-    piece: an fp32 fused multiply-add chain (any BM), or bf16 ``tl.dot`` (BM fixed).
-
-    RESTARTS (the recurrent matmul): a lane whose sentence begins at this step (start, see
-    ``lstm_cell_kernel``) reads zeros, or stateful its sentence's row of start_x (2, sentences, K).
-    """
+    each CHUNK-long piece of the sum over K on its own -> pieces (2, K / CHUNK, lanes, N), added in
+    order by ``lstm_cell_kernel`` or ``lstm_projection_sum_kernel``. Fixed-length pieces give one
+    sentence as many programs as a batch, and the same sums. Within a piece: an fp32 fused
+    multiply-add chain (any BM) or bf16 ``tl.dot`` (BM fixed). RESTARTS (the recurrent matmul): a
+    lane whose sentence begins at this step reads zeros, or stateful its row of start_x (2, sentences, K)."""
     pid = tl.program_id(0)
     direction = tl.program_id(1)
     row_blocks = (lanes + BM - 1) // BM
@@ -358,9 +334,8 @@ def lstm_projection_sum_kernel(
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
-    """The projection's pieces added in order, clipped -> h (2, lanes, P), and out (2, out_rows,
-    P) at the token each lane read (token, active: see ``lstm_cell_kernel``); stateful, final_h
-    (2, sentences, P) at a sentence's last token."""
+    """The projection's pieces added in order, clipped -> h (2, lanes, P) and out (2, out_rows, P) at
+    each lane's token (see ``lstm_cell_kernel``); stateful, final_h (2, sentences, P) at a last token."""
     direction = tl.program_id(1)
     row_block, col_block = _lane_blocks(lanes, BM)
     active = tl.load(active_ptr + step)

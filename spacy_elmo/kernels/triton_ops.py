@@ -1,12 +1,7 @@
-"""Inference arithmetic on CUDA GPUs: the Triton kernels of ``triton_kernels`` behind one object.
-
-``TritonOps`` is decided once, when a model's precision is set on a CUDA device (``for_device``),
-and handed to the char encoder and the LSTM runner, as thinc hands ``model.ops`` around. Each
-kernel has one tile configuration per precision (``TILES``): what runs depends on the precision
-alone, never on a timing, and a row's bits never depend on the rows beside it. The weights the
-kernels read (both directions of an LSTM layer stacked, bf16 copies in bf16) are made once per
-weight version and kept beside the weights (``weight_copies``).
-"""
+"""``TritonOps``: the kernels of ``triton_kernels`` for one precision, chosen once per CUDA model
+(``for_device``). One tile configuration per kernel and precision (``TILES``): what runs depends on
+the precision alone, never on a timing or on the rows beside a row. The weights the kernels read
+are made once per weight version (``precision.derived_copy``)."""
 
 from __future__ import annotations
 
@@ -18,17 +13,15 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from .precision import operand
-from .weight_copies import derived_copy
+from .precision import derived_copy, operand
 
 
 @dataclass(frozen=True)
 class Tiles:
-    """One kernel's tile shape: rows, columns and K per program (a ``tl.dot``'s K, or the fp32
-    step kernels' unrolled multiply-adds), warps, pipeline stages; ``piece``: the length of each
-    separately summed piece of a step matmul's K (``triton_kernels.step_pieces_kernel``);
-    ``narrow``: (lanes, rows), where an fp32 step kernel's call of at most that many lanes runs
-    programs of at most that many rows (more programs where a few lanes would leave SMs idle)."""
+    """One kernel's tile: rows, columns and K per program, warps, pipeline stages; ``piece``: the K
+    length of each separately summed piece of a step matmul (``triton_kernels.step_pieces_kernel``);
+    ``narrow``: (lanes, rows): an fp32 step call of at most that many lanes runs programs of at
+    most that many rows, so that few lanes do not leave SMs idle."""
 
     rows: int
     cols: int
@@ -41,10 +34,8 @@ class Tiles:
 
 @dataclass(frozen=True)
 class KernelTiles:
-    """The tiles of every kernel in one precision (cell: ``cols`` is cells per program, each
-    with its four gates). The fp32 step kernels sum each element as a chain of fused multiply-adds
-    in order, the same arithmetic for any rows per program: there ``rows`` is the most, and a call
-    of fewer lanes takes the power of two that covers them (one sentence: one row)."""
+    """The tiles of every kernel in one precision (cell: ``cols`` is cells per program). fp32 step
+    kernels sum in order, so ``rows`` is only the most: fewer lanes take the power of two covering them."""
 
     linear: Tiles
     conv: Tiles
@@ -55,10 +46,8 @@ class KernelTiles:
     unrolled: int = 32  # fp32 step kernels: lanes per program x multiply-adds unrolled, at least
 
 
-# Chosen from the timings recorded in BENCHMARKS.md ("The Triton kernels' tiles"): linear, conv and bf16's
-# step kernels, the fastest tried on an H100; fp32's step kernels, the fastest at 128 and 512 lanes
-# tried on an H100, and for the projection at 32 lanes, all giving the same bits (one lane runs one
-# row whatever ``rows`` says).
+# The fastest tried on an H100 (BENCHMARKS.md, "The Triton kernels' tiles"); fp32's step kernels at
+# 128 and 512 lanes, and the projection's at 32.
 TILES = {
     "fp32": KernelTiles(
         linear=Tiles(128, 128, 16, warps=8, stages=2),
@@ -79,8 +68,7 @@ GROUP_ROWS = 8  # row blocks a linear's programs walk down one column block befo
 
 class LayerPair(NamedTuple):
     """Both directions of one LSTM layer as the kernels read them: w_ih (2, 4H, I), bias (2, 4H)
-    fp32, and transposed w_hh (2, P, 4H) and w_hr (2, H, P); matmul weights in the precision's
-    dtype."""
+    fp32, transposed w_hh (2, P, 4H) and w_hr (2, H, P); matmul weights in the precision's dtype."""
 
     w_ih: Tensor
     bias: Tensor
@@ -99,9 +87,8 @@ class StepTables(NamedTuple):
 
 
 class LaneState(NamedTuple):
-    """The step loop's working state: h (2, lanes, P), c and hidden (2, lanes, H), the
-    projection's pieces (2, pieces, lanes, P) and the recurrent matmul's (2, pieces, lanes, 4H),
-    empty where the cell kernel sums it itself."""
+    """The step loop's state: h (2, lanes, P), c and hidden (2, lanes, H), the projection's pieces
+    (2, pieces, lanes, P) and the recurrent matmul's (2, pieces, lanes, 4H), empty if the cell kernel sums."""
 
     h: Tensor
     c: Tensor
@@ -146,8 +133,7 @@ class TritonOps:
         return triton_kernels
 
     def weight(self, weight: Tensor) -> Tensor:
-        """``weight`` contiguous in the precision's dtype: bf16's copy is ``precision.operand``'s,
-        made once per weight (the one the CPU's kernels read)."""
+        """``weight`` contiguous in the precision's dtype (bf16: ``precision.operand``'s cached copy)."""
         return operand(weight, self.precision).contiguous()
 
     def linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
@@ -225,9 +211,8 @@ class TritonOps:
         return out
 
     def conv_weights(self, weights: Sequence[Tensor]) -> Tuple[Tensor, Tensor]:
-        """Convolution weights (F_w, E, w) of every width as one position-major matrix
-        (F, widest * E), zero past each filter's width, in the precision's dtype, and the widths
-        (F,) int32; made once per weight version."""
+        """Convolution weights (F_w, E, w) of every width -> one position-major (F, widest * E) matrix
+        in the precision's dtype, zero past each filter's width, and widths (F,) int32; cached."""
         first = weights[0]
         kind = ("triton conv", self.precision, tuple((id(w), w._version) for w in weights[1:]))
         return derived_copy(first, kind, lambda _: self._make_conv_weights(weights))
@@ -244,8 +229,7 @@ class TritonOps:
         return torch.cat(blocks).to(self.weight_dtype).contiguous(), torch.cat(widths)
 
     def layer_pair(self, forward: torch.nn.Module, backward: torch.nn.Module) -> LayerPair:
-        """The two directions of an LSTM layer (``LstmLayer``) stacked for the kernels, made once
-        per version of their weights."""
+        """Both directions of an LSTM layer (``LstmLayer``) stacked, made once per weight version."""
         names = ("weight_ih", "bias", "weight_hh", "weight_hr")
         tensors = [getattr(layer, name) for name in names for layer in (forward, backward)]
         kind = ("triton layer pair", self.precision, tuple((id(t), t._version) for t in tensors[1:]))
@@ -277,11 +261,9 @@ class TritonOps:
         )
 
     def program_shape(self, tiles: Tiles, lanes: int) -> Tuple[int, int]:
-        """A step kernel's lanes per program and K per loop step for ``lanes`` lanes: fixed for
-        bf16's ``tl.dot``; in fp32 (multiply-add chains, the same arithmetic for any count and any
-        unrolling) ``lanes_per_program`` of the tiles' rows (``narrow``'s for few lanes), with more
-        steps unrolled where there are fewer lanes, so that one sentence keeps as many loads in
-        flight as a batch (its weights come from memory at every step)."""
+        """Lanes per program and K per loop step: fixed in bf16 (``tl.dot``); in fp32 (the same bits
+        for any shape) ``lanes_per_program`` of the tiles' rows (``narrow``'s for few lanes), more K
+        unrolled for fewer lanes so that one sentence keeps as many weight loads in flight as a batch."""
         if self.precision == "bf16":
             return tiles.rows, tiles.depth
         most = tiles.narrow[1] if tiles.narrow is not None and lanes <= tiles.narrow[0] else tiles.rows
@@ -300,9 +282,8 @@ class TritonOps:
         starts: Optional[Starts] = None,
     ) -> None:
         """Step ``step`` of both directions: the recurrent matmul (in pieces where ``tiles.recurrent``
-        says so), the cells, the projection's pieces and their sum, written to ``state`` and to out
-        (2, N, P) at each lane's token. gate_inputs (2, N, 4H); clips: (cell clip, projection
-        clip), None for none."""
+        is set), the cells, the projection's pieces and their sum, written to ``state`` and to out
+        (2, N, P) at each lane's token. gate_inputs (2, N, 4H); clips: (cell, projection), None: none."""
         lanes, cells, proj = state.h.shape[1], state.c.shape[2], state.h.shape[2]
         first = starts if starts is not None else Starts(state.h, state.c, state.h, state.c)
         if self.tiles.recurrent is not None:
@@ -363,8 +344,7 @@ def lanes_per_program(most: int, lanes: int) -> int:
 
 
 def for_device(device: torch.device, precision: str) -> Optional[TritonOps]:
-    """The Triton kernels that run ``precision`` on ``device``: on a CUDA device, for fp32 and
-    bf16, where Triton can be imported; else None (the fixed-shape torch kernels run)."""
+    """The Triton kernels for ``precision`` on a CUDA ``device`` where Triton imports, else None."""
     if device.type != "cuda" or precision not in TILES:
         return None
     return _ops(precision) if triton_available() else None

@@ -1,44 +1,32 @@
-"""The biLM of Peters et al. (2018) as torch modules.
+"""The biLM of Peters et al. (2018) as torch modules: its config and parameters, nothing else.
 
 token strings -> ``TokenIndexer`` (chars.py) -> char ids (B, T, C) [+ word ids (B, T)] ->
 ``CharEncoder`` (char_encoder.py) -> token representations (N, P) for the N real tokens ->
 forward and backward stacks of ``LstmLayer`` (lstm_layer.py; separate weights, residual between
-layers, run as ``lstm_paths`` chooses) ->
-layers (L+1, B, T, 2P): layer 0 is the token representation repeated for both directions.
+layers) -> layers (L+1, B, T, 2P): layer 0 is the token representation repeated for both directions.
 
-Two ways through the network, each named by its caller: inference (``token_representations``,
-``contextualize``, ``forward``) runs the model's ``Kernels``, so a sentence's layers are bitwise
-identical whatever its batch companions, and computes no gradients; training
-(``char_encoder(...)``, ``contextualize_for_training``, ``forward_for_training``) runs the usual
-autograd-friendly kernels, in pretraining and in its dev perplexity alike.
+A ``BiLM`` is data (as nanoGPT's model): calling it runs the differentiable path of pretraining.
+Inference, bitwise independent of a sentence's batch companions, is a ``BiLMRunner``'s
+(``runner``), which holds what running needs beside the weights (the backend for the device and
+precision, the caches, the carried state): running a biLM changes nothing in it.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, cast
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import advice
-from ..kernels.batch_invariant import Blocking
-from ..kernels.cuda_math import ieee_fp32
 from ..kernels.devices import upload
-from ..kernels.kernel_set import KernelChoice, Kernels
-from ..kernels.precision import check_precision
-from ..kernels.select import check_int8_fits, select
-from .backends import Backend, backend_for
+from ..kernels.lstm_steps import LstmStacks, LstmState, run_stacks
 from .char_encoder import CharEncoder
 from .chars import CharTable, TokenIndexer
 from .config import BiLMConfig, ConfigError
-from .gpu_graphs import CallGraphs
-from .lstm_layer import LayerState, LstmLayer, LstmState
-from .lstm_paths import LayerRunner, check_path, refuse_fused, training_runner
-from .token_cache import TokenCache
+from .lstm_layer import LstmLayer, training_runner
 
 
 class LMHead(nn.Module):
@@ -61,27 +49,17 @@ class BiLMOutput:
     layers: Tensor
     mask: Tensor
 
+    @classmethod
+    def padded(cls, layers: Tensor, mask: Tensor) -> "BiLMOutput":
+        """Packed layers (L+1, N, 2P) placed at the mask's N token positions."""
+        padded = layers.new_zeros(layers.shape[0], *mask.shape, layers.shape[-1])
+        padded[:, mask] = layers
+        return cls(layers=padded, mask=mask)
+
 
 class BiLM(nn.Module):
-    """The bidirectional language model. See the module docstring for the data flow.
-
-    How it runs is fixed for a BiLM object (not saved with the weights); ``with_settings`` gives
-    another BiLM over the same weights that runs another way, with its own kernels and caches:
-        precision: "fp32" (default, exact), "bf16" or "int8" for inference matmuls (see
-            ``precision``); reads back what runs, which is fp32 where the machine has no kernel for
-            the precision asked. ``kernels`` (``kernels.select``) are chosen once for it: at
-            ``with_settings``, at its first call for fp32, and again when its weights move to
-            another device.
-        lstm_path: "auto" (default: the fused kernel on CUDA for unclipped models, else the exact
-            step loop), "step" or "fused" (unclipped models only).
-        blocking: the fixed shapes of batch-invariant inference; None picks them for the device.
-    Its own state:
-        token_cache: token representations by token string (``TokenCache``); valid for word
-            embeddings too, since a token's word id is a function of its string.
-        carried_state: the LSTM state stateful ``embed_sentences`` calls carry from call to call.
-        cuda_graphs: the CUDA graphs that calls on a GPU replay (``gpu_graphs``); None
-            launches every kernel (the same results).
-    """
+    """The bidirectional language model: ``config`` and the modules it sizes. See the module
+    docstring for the data flow; ``BiLMRunner(bilm, precision=...)`` runs it for inference."""
 
     def __init__(self, config: BiLMConfig, indexer: Optional[TokenIndexer] = None) -> None:
         """``indexer`` maps token strings to ids; needed for models with their own vocabulary
@@ -94,232 +72,42 @@ class BiLM(nn.Module):
         self.forward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.backward_layers = nn.ModuleList(LstmLayer(proj, config) for _ in range(config.n_layers))
         self.lm_head = LMHead(config.vocab_size, proj) if config.vocab_size else None
-        self._lstm_path = "auto"
-        self._blocking: Optional[Blocking] = None
-        self.token_cache = TokenCache()
-        self.carried_state: Optional[LstmState] = None
-        self.kernels: Optional[Kernels] = None
-        self._requested = "fp32"  # the precision asked for: its kernels are chosen again after unpickling
-        self.cuda_graphs: Optional[CallGraphs] = CallGraphs()
 
     @property
     def device(self) -> torch.device:
         return self.char_encoder.projection.weight.device
 
     @property
-    def precision(self) -> str:
-        """The precision that runs (what ``kernels`` run for the one asked for)."""
-        return self.kernels.runs if self.kernels is not None else "fp32"
-
-    @precision.setter
-    def precision(self, value: str) -> None:
-        _refuse_setting("precision", value)
-
-    @property
-    def lstm_path(self) -> str:
-        """The LSTM path asked for ("auto", "step" or "fused")."""
-        return self._lstm_path
-
-    @lstm_path.setter
-    def lstm_path(self, value: str) -> None:
-        _refuse_setting("lstm_path", value)
-
-    @property
-    def blocking(self) -> Optional[Blocking]:
-        """The fixed shapes of batch-invariant inference (None: the device's)."""
-        return self._blocking
-
-    @blocking.setter
-    def blocking(self, value: Optional[Blocking]) -> None:
-        _refuse_setting("blocking", value)
-
-    def with_settings(
-        self, precision: Optional[str] = None, lstm_path: Optional[str] = None, blocking: Optional[Blocking] = None
-    ) -> "BiLM":
-        """This biLM's weights (shared, not copied) run another way: ``precision``, ``lstm_path``,
-        ``blocking`` where given, else as this one runs, with a token cache of the same bounds,
-        CUDA graphs and carried state of its own. Where a precision is given, what runs is selected
-        for it on this device from what the machine is (``kernels.select``), with one warning
-        where it falls back or is no faster than fp32 here (``kernels.advice``), and the kernels
-        run once on two short sentences, so that their probes and weight copies are made now and
-        not in the first call."""
-        if precision is not None:
-            check_precision(precision)
-        if lstm_path is not None:
-            check_path(lstm_path)
-        view = copy.copy(self)  # __getstate__: the same modules and parameters, no kernels
-        view.kernels = self.kernels
-        view.token_cache = TokenCache(self.token_cache.capacity, self.token_cache.max_bytes)
-        view.carried_state = None
-        view.cuda_graphs = CallGraphs(self.cuda_graphs.most, self.cuda_graphs.most_bytes) if self.cuda_graphs else None
-        view._lstm_path = lstm_path or self._lstm_path
-        view._blocking = blocking or self._blocking
-        if precision is not None:
-            view._choose_kernels(precision, warm=False)
-        if view._lstm_path == "fused" and view.kernels is not None:
-            refuse_fused(view.config, view.kernels, stateful=False)
-        if precision is not None:
-            view._run_kernels_once()
-        return view
-
-    def _choose_kernels(self, precision: str, warm: bool) -> None:
-        kernels = select(self.device, precision)
-        self._requested = precision
-        if kernels.runs == "int8":
-            check_int8_fits(self)
-        advice.announce(kernels, self.config.kernel_shapes())
-        self.kernels = kernels
-        self.token_cache.clear()  # rows computed by other kernels, or on another device
-        if warm:
-            self._run_kernels_once()
-
-    def _apply(self, fn: Any, recurse: bool = True) -> "BiLM":
-        """torch moves or converts the weights (``.to``, ``.cuda``): the kernels are chosen again
-        for the device they are on now."""
-        moved = super()._apply(fn, recurse)
-        if self.kernels is not None and self.kernels.device != self.device:
-            self._choose_kernels(self._requested, warm=False)
-        return moved
-
-    def __getstate__(self) -> Dict[str, Any]:
-        """Pickled (into a spawned worker, say) without its kernels, with the precision asked for:
-        the process that unpickles it may run on another machine, so they are selected again there,
-        at its first call."""
-        state = dict(self.__dict__)
-        state.update(kernels=None)
-        return state
-
-    @property
-    def precision_choice(self) -> Optional[KernelChoice]:
-        """What runs for the precision asked, through which kernel and why (None before one is set)."""
-        return self.kernels.choice if self.kernels is not None else None
-
-    def kernels_for_run(self) -> Kernels:
-        """The kernels of this call: ``kernels`` on ``blocking``'s sizes where one is set; chosen at
-        the first call where none were chosen before (fp32's, or after unpickling the precision's
-        asked for); chosen again where another BiLM over the same weights moved them to another
-        device."""
-        if self.kernels is None or self.kernels.device != self.device:
-            self._choose_kernels(self._requested, warm=False)
-        assert self.kernels is not None  # chosen just now where there were none
-        return self.kernels.with_blocking(self._blocking)
-
-    def backend_for_run(self) -> Backend:
-        """How this call computes (``backends``): over ``kernels_for_run``."""
-        return backend_for(self.kernels_for_run())
-
-    def _run_kernels_once(self) -> None:
-        bos, eos = self.indexer.bos_token, self.indexer.eos_token
-        strings = [bos, "the", eos, bos, "the", "end", eos]
-        with torch.inference_mode():
-            self.contextualize(self.represent_tokens(strings), [3, 4])
+    def stacks(self) -> LstmStacks:
+        """The two stacks of LSTM layers as the backends read them."""
+        return LstmStacks(list(self.forward_layers), list(self.backward_layers), self.config.residual)
 
     def encode_tokens(self, tokens: Sequence[str]) -> Tuple[Tensor, Optional[Tensor]]:
         """N token strings -> (char ids (N, C), word ids (N,) or None), long, on the bilm's device."""
-        return self._on_device(*self.indexer.encode(tokens))
+        return self.on_device(*self.indexer.encode(tokens))
 
-    def represent_tokens(self, tokens: Sequence[str]) -> Tensor:
-        """Inference: N token strings -> (N, P), as ``token_representations(*encode_tokens(tokens))``
-        with the characters cut on the host: nothing in it waits for a GPU."""
-        chars, words = self.indexer.encode(tokens)
-        char_ids, word_ids = self._on_device(self.char_encoder.cut_characters(chars), words)
-        return self.token_representations(char_ids, word_ids, already_cut=True)
-
-    def _on_device(self, chars: np.ndarray, words: Optional[np.ndarray]) -> Tuple[Tensor, Optional[Tensor]]:
+    def on_device(self, chars: np.ndarray, words: Optional[np.ndarray]) -> Tuple[Tensor, Optional[Tensor]]:
         """Char ids (N, C) and word ids (N,) or None from the host, long, on the bilm's device."""
         word_ids = upload(torch.from_numpy(words), self.device) if words is not None else None
         return upload(torch.from_numpy(chars), self.device, torch.long), word_ids
 
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
-        """Inference on a padded batch: char_ids (B, T, C), 0 at padding positions (a sentence's
-        tokens first), and word ids (B, T) for models with a word embedding -> BiLMOutput."""
-        return self._padded(char_ids, word_ids, training=False)
-
-    def forward_for_training(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> BiLMOutput:
-        """``forward`` through the differentiable path (``contextualize_for_training``)."""
-        return self._padded(char_ids, word_ids, training=True)
-
-    def _padded(self, char_ids: Tensor, word_ids: Optional[Tensor], training: bool) -> BiLMOutput:
-        mask = char_ids.gt(0).any(dim=-1)
-        lengths = mask.sum(dim=1)
-        if not torch.equal(mask, _prefix_mask(lengths, mask.shape[1])):
-            raise ValueError(
-                "char_ids must hold each sentence's tokens first and padding (all-zero rows) after; "
-                "found a padding position before a token."
-            )
+        """The differentiable path on a padded batch: char_ids (B, T, C), 0 at padding positions (a
+        sentence's tokens first), and word ids (B, T) for models with a word embedding -> BiLMOutput.
+        Dropout in train mode; inference is ``BiLMRunner``'s."""
+        mask, lengths = padding_mask(char_ids)
         words = word_ids[mask] if word_ids is not None else None
-        if training:
-            layers = self.contextualize_for_training(self.char_encoder(char_ids[mask], words), lengths.tolist())
-        else:
-            layers, _ = self.contextualize(self.token_representations(char_ids[mask], words), lengths.tolist())
-        padded = layers.new_zeros(layers.shape[0], *mask.shape, layers.shape[-1])
-        padded[:, mask] = layers
-        return BiLMOutput(layers=padded, mask=mask)
-
-    def token_representations(
-        self, char_ids: Tensor, word_ids: Optional[Tensor] = None, already_cut: bool = False
-    ) -> Tensor:
-        """Inference: char_ids (N, C), word_ids (N,) or None -> (N, P), each token's row bitwise
-        independent of the others (the differentiable path is ``char_encoder(...)``). ``already_cut``: the
-        character axis was cut after the longest token on the host (``CharEncoder.cut_characters``),
-        so a GPU does not cut it again (finding the longest token there waits for the GPU)."""
-        with torch.no_grad(), ieee_fp32(char_ids.device):
-            return self.backend_for_run().represent(self.char_encoder, char_ids, word_ids, already_cut)
-
-    def contextualize(
-        self,
-        tokens: Tensor,
-        lengths: Sequence[int],
-        initial_state: Optional[LstmState] = None,
-        path: Optional[str] = None,
-    ) -> Tuple[Tensor, Optional[LstmState]]:
-        """Inference: both LSTM stacks over packed sentences, each sentence's layers bitwise
-        independent of its batch companions, in exact fp32 on GPUs too (no TF32); no gradients.
-
-        Args:
-            tokens: (N, P) token representations, sentence after sentence (sentence-major).
-            lengths: B sentence lengths summing to N.
-            initial_state: per-sentence LSTM state to start from (stateful use); default zeros.
-            path: overrides ``self.lstm_path`` for this call ("auto", "step" or "fused").
-        Returns:
-            layers (L+1, N, 2P) and, when ``initial_state`` was given, the state after each
-            sentence's last token (for the next call).
-        """
-        _check_lengths(tokens, lengths)
-        with torch.no_grad(), ieee_fp32(tokens.device):
-            return self.backend_for_run().contextualize(self, tokens, lengths, initial_state, path or self._lstm_path)
+        layers = self.contextualize_for_training(self.char_encoder(char_ids[mask], words), lengths.tolist())
+        return BiLMOutput.padded(layers, mask)
 
     def contextualize_for_training(self, tokens: Tensor, lengths: Sequence[int]) -> Tensor:
         """Training (and its evaluation): the differentiable path, with dropout in train mode and
         TF32 where the process allows it. tokens (N, P), B lengths -> layers (L+1, N, 2P)."""
-        _check_lengths(tokens, lengths)
-        run = training_runner(list(lengths), tokens.device)
-        layers, _ = self.run_stacks(run, tokens, None, dropout=self.training)
+        check_lengths(tokens, lengths)
+        run = training_runner(self.stacks, list(lengths), tokens.device)
+        dropout = self.config.dropout if self.training else None
+        layers, _ = run_stacks(self.config.n_layers, self.config.residual, run, tokens, dropout=dropout)
         return layers
-
-    def run_stacks(
-        self, run: LayerRunner, tokens: Tensor, initial_state: Optional[LstmState], dropout: bool
-    ) -> Tuple[Tensor, Optional[LstmState]]:
-        """Both stacks through ``run``, the residual between layers: layers (L+1, N, 2P) and the
-        final state where ``initial_state`` was given."""
-        outputs: Dict[Tuple[str, int], Tensor] = {}
-        finals: Dict[Tuple[str, int], Optional[LayerState]] = {}
-        for direction, stack in (("forward", self.forward_layers), ("backward", self.backward_layers)):
-            x = tokens
-            for depth, layer in enumerate(cast("Iterable[LstmLayer]", stack)):
-                start = initial_state.layer(direction, depth) if initial_state is not None else None
-                x_in = F.dropout(x, self.config.dropout, dropout)
-                y, finals[direction, depth] = run(layer, x_in, direction, start)
-                if self.config.residual and depth > 0:
-                    y = y + x_in
-                outputs[direction, depth] = x = y
-        layers = [torch.cat([tokens, tokens], dim=1)]
-        for depth in range(self.config.n_layers):
-            layers.append(torch.cat([outputs["forward", depth], outputs["backward", depth]], dim=1))
-        # With a start state every runner returns the layer's final state (the step loop: see inference_runner).
-        complete = cast("Dict[Tuple[str, int], LayerState]", finals)
-        final_state = LstmState.from_layers(complete, self.config.n_layers) if initial_state is not None else None
-        return torch.stack(layers), final_state
 
     def new_state(self, batch_size: int) -> LstmState:
         """A zero LSTM state for ``batch_size`` sentences (stateful runs)."""
@@ -372,17 +160,20 @@ def checked_indexer(config: BiLMConfig, indexer: Optional[TokenIndexer]) -> Toke
     return indexer
 
 
-def _check_lengths(tokens: Tensor, lengths: Sequence[int]) -> None:
+def padding_mask(char_ids: Tensor) -> Tuple[Tensor, Tensor]:
+    """char_ids (B, T, C) -> the mask of tokens (B, T) and each sentence's length (B,); raises
+    ValueError where a padding position comes before a token."""
+    mask = char_ids.gt(0).any(dim=-1)
+    lengths = mask.sum(dim=1)
+    prefix = torch.arange(mask.shape[1], device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+    if not torch.equal(mask, prefix):
+        raise ValueError(
+            "char_ids must hold each sentence's tokens first and padding (all-zero rows) after; "
+            "found a padding position before a token."
+        )
+    return mask, lengths
+
+
+def check_lengths(tokens: Tensor, lengths: Sequence[int]) -> None:
     if sum(lengths) != tokens.shape[0]:
         raise ValueError(f"lengths sum to {sum(lengths)} but {tokens.shape[0]} tokens were given.")
-
-
-def _prefix_mask(lengths: Tensor, width: int) -> Tensor:
-    return torch.arange(width, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
-
-
-def _refuse_setting(name: str, value: Any) -> None:
-    raise AttributeError(
-        f"A BiLM's {name} is fixed when it is made: bilm = bilm.with_settings({name}={value!r}) gives a BiLM over "
-        "the same weights that runs that way (its own kernels and caches)."
-    )

@@ -2,25 +2,21 @@
 
 Char embedding, one convolution per filter width with max-pooling over positions, highway
 layers, an optional word embedding, and a projection: char ids (N, C) [+ word ids (N,)] -> (N, P).
-Two paths: a differentiable one for pretraining, and a batch-invariant one for inference.
+One forward pass (``CharEncoder.encode``) for every path, each bringing its ops: a backend's for
+inference (each token's row bitwise independent of the others), torch's own for pretraining.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, List, Optional, Protocol, Tuple, cast
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Tuple, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels.batch_invariant import elementwise_
-from ..kernels.kernel_set import Kernels
 from .chars import CHAR_PAD
 from .config import BiLMConfig
-
-if TYPE_CHECKING:
-    from ..kernels.triton_ops import TritonOps
 
 
 class _Conv1d(Protocol):
@@ -34,6 +30,47 @@ class _Conv1d(Protocol):
 
 # A matmul with bias, as each path computes it: x (N, K), weight (M, K), bias (M,) -> (N, M)
 Linear = Callable[[Tensor, Tensor, Optional[Tensor]], Tensor]
+
+
+class Ops(Protocol):
+    """What the encoder's forward pass calls (a backend, ``kernels.backends.Backend``, or
+    ``AUTOGRAD``); shapes as there."""
+
+    def token_blocks(self, tokens: int) -> Tuple[int, int]: ...
+
+    def conv_max(self, chars: Tensor, convs: Sequence[Any]) -> Tensor: ...
+
+    def linear(
+        self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, rows: Optional[int] = None
+    ) -> Tensor: ...
+
+    def sigmoid_(self, x: Tensor) -> Tensor: ...
+
+    def activation_(self, x: Tensor, name: str) -> Tensor: ...
+
+
+class AutogradOps:
+    """The differentiable path's ops (pretraining and its dev perplexity): torch's own."""
+
+    def token_blocks(self, tokens: int) -> Tuple[int, int]:
+        return max(tokens, 1), 1
+
+    def conv_max(self, chars: Tensor, convs: Sequence[Any]) -> Tensor:
+        """chars (n, C', E) -> each filter's best window score (n, F), without bias."""
+        x = chars.transpose(1, 2)  # (n, E, C')
+        return torch.cat([F.conv1d(x, conv.weight).amax(dim=2) for conv in convs], dim=1)
+
+    def linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, rows: Optional[int] = None) -> Tensor:
+        return F.linear(x, weight, bias)
+
+    def sigmoid_(self, x: Tensor) -> Tensor:
+        return x.sigmoid_()
+
+    def activation_(self, x: Tensor, name: str) -> Tensor:
+        return x.relu_() if name == "relu" else x.tanh_()
+
+
+AUTOGRAD = AutogradOps()
 
 
 class Highway(nn.Module):
@@ -77,34 +114,27 @@ class CharEncoder(nn.Module):
         self.highways = nn.ModuleList(Highway(n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.word_dim + n_filters, config.projection_dim)
         self.word_embedding = nn.Embedding(config.word_vocab_size, config.word_dim) if config.word_dim else None
-        self._activation = torch.relu if config.activation == "relu" else torch.tanh
 
     def forward(self, char_ids: Tensor, word_ids: Optional[Tensor] = None) -> Tensor:
-        """Differentiable path. char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+        """Differentiable path (pretraining): char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        ids = self.trim(char_ids)
-        chars = self.embedding(ids).transpose(1, 2)  # (N, E, C')
-        pad_windows = self._pad_windows() if self._is_cut(ids) else None
-        features = []
-        for index, conv in enumerate(self._conv_layers()):
-            best = F.conv1d(chars, conv.weight).amax(dim=2)  # (N, F_w)
-            if pad_windows is not None:
-                best = torch.maximum(best, pad_windows[index])
-            features.append(self._activation(best + conv.bias))
-        return self._highways_and_projection(torch.cat(features, dim=1), word_ids, F.linear, Tensor.sigmoid_)
+        return self.encode(self.trim(char_ids), word_ids, AUTOGRAD)
 
     @torch.no_grad()
-    def encode_in_blocks(self, char_ids: Tensor, word_ids: Optional[Tensor], kernels: Kernels) -> Tensor:
-        """Batch-invariant path of the CPU's kernels: a token's representation is bitwise
-        independent of the others. Tokens run in blocks of ``kernels.token_blocks()``: on fixed
-        shapes each block padded whole; where matmul rows do not depend on the row count, the last
-        padded only to a multiple of 32 tokens (whole SIMD blocks for the elementwise functions).
-        char_ids (N, C), word_ids (N,) or None -> (N, P)."""
+    def represent(self, char_ids: Tensor, word_ids: Optional[Tensor], ops: "Ops", already_cut: bool = False) -> Tensor:
+        """Inference through a backend (``ops``): a token's representation is bitwise independent of
+        the others. Tokens run in blocks of ``ops.token_blocks``, the last padded with pad tokens to
+        its multiple; each block is cut after its longest token unless the call is one block whose
+        characters were cut on the host (``already_cut``: finding the longest token on a GPU waits
+        for it). char_ids (N, C), word_ids (N,) or None -> (N, P)."""
         self._check_word_ids(word_ids)
-        block, pad_to = kernels.token_blocks()
         n_tokens = char_ids.shape[0]
+        block, pad_to = ops.token_blocks(n_tokens)
+        if n_tokens == 0:
+            return char_ids.new_empty((0, self.config.projection_dim), dtype=self.projection.weight.dtype)
+        if block >= n_tokens and n_tokens % pad_to == 0:  # one block, nothing to pad
+            return self.encode(char_ids if already_cut else self.trim(char_ids), word_ids, ops)
         out = char_ids.new_empty((n_tokens, self.config.projection_dim), dtype=self.projection.weight.dtype)
-        pad_windows = self._pad_windows(kernels)
         for start in range(0, n_tokens, block):
             ids = char_ids[start : start + block]
             words = word_ids[start : start + block] if word_ids is not None else None
@@ -112,69 +142,27 @@ class CharEncoder(nn.Module):
             if missing:
                 ids = torch.cat([ids, ids.new_full((missing, ids.shape[1]), self.pad_id)])
                 words = torch.cat([words, words.new_zeros(missing)]) if words is not None else None
-            encoded = self._encode_block(ids, words, pad_windows, kernels)
-            out[start : start + block] = encoded[: n_tokens - start]
+            out[start : start + block] = self.encode(self.trim(ids), words, ops)[: n_tokens - start]
         return out
 
-    @torch.no_grad()
-    def encode_at_once(self, ids: Tensor, word_ids: Optional[Tensor], ops: "TritonOps") -> Tensor:
-        """Batch-invariant path of the Triton kernels: every token in one call at its own size (a
-        token's rows do not depend on the others'). ids (N, C') cut after the longest token
-        (``trim``), word_ids (N,) or None -> (N, P)."""
-        self._check_word_ids(word_ids)
+    def encode(self, ids: Tensor, word_ids: Optional[Tensor], ops: "Ops") -> Tensor:
+        """The encoder's one forward pass, through ``ops`` (a backend, or ``AUTOGRAD``): ids (n, C')
+        cut after the longest token (``trim``), word_ids (n,) or None -> (n, P)."""
         convs = list(self._conv_layers())
-        weights, widths = ops.conv_weights([conv.weight for conv in convs])
-        best = ops.conv_max(self.embedding(ids), weights, widths)
+        best = ops.conv_max(self.embedding(ids), convs)  # (n, F)
         if self._is_cut(ids):  # the windows of padding alone, cut off with the trimmed characters
             widest = max(width for width, _ in self.config.filters)
             pads = self.embedding.weight[self.pad_id].expand(1, widest, -1)
-            best = torch.maximum(best, ops.conv_max(pads, weights, widths))
+            best = torch.maximum(best, ops.conv_max(pads, convs))
         best += torch.cat([conv.bias for conv in convs])
-        x = best.relu_() if self.config.activation == "relu" else best.tanh_()
-        return self._highways_and_projection(x, word_ids, ops.linear, Tensor.sigmoid_)
-
-    def _encode_block(
-        self, char_ids: Tensor, word_ids: Optional[Tensor], pad_windows: List[Tensor], kernels: Kernels
-    ) -> Tensor:
-        """One block of tokens: char_ids (n, C), word_ids (n,) or None -> (n, P). The highway and
-        projection GEMMs take the whole block (a fixed shape already); the convolution windows go
-        in ``blocking.gemm_rows`` chunks."""
-        ids = self.trim(char_ids)
-        trimmed = self._is_cut(ids)
-        chars = self.embedding(ids)  # (n, C', E)
-        n_tokens = chars.shape[0]
-        features = []
-        for index, conv in enumerate(self._conv_layers()):
-            width = conv.kernel_size[0]
-            windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
-            n_windows = windows.shape[1]
-            flat = windows.reshape(n_tokens * n_windows, -1)
-            weight = conv.weight.reshape(conv.out_channels, -1)
-            scores = kernels.linear(flat, weight)
-            best = scores.view(n_tokens, n_windows, -1).amax(dim=1)
-            if trimmed:
-                best = torch.maximum(best, pad_windows[index])
-            best += conv.bias
-            features.append(best.relu_() if self.config.activation == "relu" else elementwise_(Tensor.tanh_, best))
-        return self._highways_and_projection(
-            torch.cat(features, dim=1),
-            word_ids,
-            lambda x, weight, bias: kernels.linear(x, weight, bias, rows=n_tokens),  # the whole block, one shape
-            lambda scores: elementwise_(Tensor.sigmoid_, scores),  # every element on one code path
-        )
-
-    def _highways_and_projection(
-        self, x: Tensor, word_ids: Optional[Tensor], linear: Linear, sigmoid_: Callable[[Tensor], Tensor]
-    ) -> Tensor:
-        """What follows the convolutions, written once for every path (each brings its ``linear`` and
-        ``sigmoid_``): the highway layers, the word vector where there is one (``[word; chars]``,
-        ELMoForManyLangs' order), the projection. x (N, F) -> (N, P)."""
-        for highway in self._highway_layers():
-            x = highway.compute(x, linear, sigmoid_)
+        x = ops.activation_(best, self.config.activation)
+        n_tokens = x.shape[0]
+        for highway in self._highway_layers():  # the block as one shape: rows=n_tokens
+            x = highway.compute(x, lambda x, w, b: ops.linear(x, w, b, rows=n_tokens), ops.sigmoid_)
         if word_ids is not None:
             assert self.word_embedding is not None  # _check_word_ids: word ids come with a word embedding
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return linear(x, self.projection.weight, self.projection.bias)
+        return ops.linear(x, self.projection.weight, self.projection.bias, rows=n_tokens)
 
     def _conv_layers(self) -> Iterable[_Conv1d]:
         """``self.convs``, typed (to a type checker an ``nn.ModuleList`` holds plain Modules)."""
@@ -218,15 +206,3 @@ class CharEncoder(nn.Module):
         columns) plus (widest filter - 1) pads: every window touching a real character."""
         widest = max(width for width, _ in self.config.filters)
         return min(n_chars, max(longest + widest - 1, widest))
-
-    def _pad_windows(self, kernels: Optional[Kernels] = None) -> List[Tensor]:
-        """Each convolution's scores (without bias) on a window of padding characters only;
-        with ``kernels``, computed by the same kernel as the real windows."""
-        pad = self.embedding.weight[self.pad_id]  # (E,)
-        values = []
-        for conv in self._conv_layers():
-            width = conv.kernel_size[0]
-            window = pad.unsqueeze(1).expand(-1, width).reshape(1, -1)  # (1, E*w) in (E, w) order
-            weight = conv.weight.reshape(conv.out_channels, -1)
-            values.append((window @ weight.t())[0] if kernels is None else kernels.linear(window, weight)[0])
-        return values

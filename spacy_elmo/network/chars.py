@@ -1,13 +1,6 @@
-"""Token strings -> character ids: the original ELMo byte mapping, or a model's own vocabulary.
-
-The original mapping (``encode_tokens``): a token becomes its UTF-8 bytes (invalid code points
-such as lone surrogates dropped), cut to ``MAX_WORD_LENGTH - 2`` bytes, wrapped in begin-of-word /
-end-of-word marks and padded to ``MAX_WORD_LENGTH``. The sentence boundary tokens ``<S>`` and
-``</S>`` get their own reserved ids. Every id is shifted by +1 so that 0 means "no token here"
-(sequence padding).
-
-A model's own vocabulary (``CharTable``, e.g. ELMoForManyLangs): one id per Unicode character,
-optionally with word ids (``WordTable``). ``TokenIndexer`` is what a BiLM reads tokens through.
+"""Token strings -> character ids: the original ELMo byte mapping (``encode_tokens``), or a model's own
+vocabulary (``CharTable``, ``WordTable``, e.g. ELMoForManyLangs); a BiLM reads through ``TokenIndexer``.
+In both, id 0 means "no token here" (sequence padding): the byte mapping shifts every id by +1.
 """
 
 from __future__ import annotations
@@ -41,13 +34,7 @@ EOS_IDS = _boundary_ids(_EOS_CHAR)
 
 
 def encode_tokens(tokens: Sequence[str]) -> np.ndarray:
-    """Encode tokens as character ids.
-
-    Args:
-        tokens: N token strings. ``"<S>"`` and ``"</S>"`` are the sentence boundaries.
-    Returns:
-        int32 array (N, MAX_WORD_LENGTH) with values in [1, N_CHARACTERS).
-    """
+    """N tokens (``"<S>"`` / ``"</S>"`` the boundaries) -> int32 (N, MAX_WORD_LENGTH), values in [1, N_CHARACTERS)."""
     max_bytes = MAX_WORD_LENGTH - 2
     encoded = [token.encode("utf-8", "ignore")[:max_bytes] for token in tokens]
     n_tokens = len(encoded)
@@ -73,12 +60,7 @@ def _set_boundaries(tokens: Sequence[str], ids: np.ndarray) -> None:
 
 
 def encode_sentences(sentences: Sequence[Sequence[str]], add_boundaries: bool = True) -> np.ndarray:
-    """Encode a batch of tokenized sentences, padded with zeros.
-
-    Returns:
-        int32 array (B, T, MAX_WORD_LENGTH), T = longest sentence (+2 with boundaries); padding
-        positions are all zeros.
-    """
+    """Sentences -> int32 (B, T, MAX_WORD_LENGTH), T = longest (+2 with boundaries); padding all zeros."""
     extra = 2 if add_boundaries else 0
     longest = max((len(sentence) for sentence in sentences), default=0) + extra
     batch = np.zeros((len(sentences), longest, MAX_WORD_LENGTH), dtype=np.int32)
@@ -90,11 +72,6 @@ def encode_sentences(sentences: Sequence[Sequence[str]], add_boundaries: bool = 
 
 
 # --- the encoders a BiLM uses ------------------------------------------------------------------
-#
-# A BiLM reads tokens through a ``TokenIndexer``: character ids from either the original byte
-# mapping above (``ByteChars``) or a model's own character vocabulary (``CharTable``), plus word
-# ids when the model also has a word embedding (``WordTable``). In both character encodings id 0
-# is reserved for "no token here", so a row of zeros marks sequence padding.
 
 BYTE_ENCODING = "utf8-bytes"
 TABLE_ENCODING = "table"
@@ -121,14 +98,10 @@ class ByteChars:
 
 
 class CharTable:
-    """A model's own character vocabulary: one id per Unicode character (not per byte).
+    """A model's own character vocabulary: one id per Unicode character (not per byte), all >= 1.
 
-    A token becomes ``[begin_of_word, chars..., end_of_word, pad...]`` of ``max_length`` ids, cut
-    to its first ``max_length - 2`` characters; a character missing from ``ids`` gets ``unknown``.
-    The tokens ``bos_token`` / ``eos_token`` are the sentence boundaries, encoded as
-    ``[begin_of_word, bos (or eos), end_of_word, pad...]``. All ids must be >= 1 (0 marks
-    sequence padding) and are the rows of the model's character embedding.
-    """
+    A token becomes ``[begin_of_word, chars..., end_of_word, pad...]``: ``cut``'s characters (``unknown``
+    if not in ``ids``), or ``bos`` / ``eos`` for ``bos_token`` / ``eos_token``."""
 
     kind = TABLE_ENCODING
     MARKS = ("begin_of_word", "end_of_word", "pad", "unknown", "bos", "eos")
@@ -187,8 +160,7 @@ class CharTable:
             )
 
     def cut(self, token: str) -> str:
-        """The token as the model's reader saw it: its first ``max_length - 2`` characters (the
-        boundary tokens whole)."""
+        """The token as the model's reader saw it: its first ``max_length - 2`` characters; boundaries whole."""
         if token == self.bos_token or token == self.eos_token:
             return token
         return token[: self.max_length - 2]
@@ -264,10 +236,7 @@ class WordTable:
 
 
 class TokenIndexer:
-    """Token strings -> the ids a BiLM reads: character ids, and word ids if it has a word table.
-
-    ``bos_token`` / ``eos_token`` are the strings that stand for the sentence boundaries.
-    """
+    """Token strings -> the ids a BiLM reads: character ids, and word ids if it has a word table."""
 
     def __init__(self, chars: Union[ByteChars, CharTable, None] = None, words: Optional[WordTable] = None) -> None:
         self.chars = chars if chars is not None else ByteChars()
@@ -287,12 +256,9 @@ class TokenIndexer:
         return isinstance(self.chars, CharTable) or self.words is not None
 
     def encode(self, tokens: Sequence[str]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """N tokens -> (char ids int32 (N, C), word ids int64 (N,) or None).
-
-        Words are looked up as the char table cuts them: ELMoForManyLangs' reader cuts a token to
-        ``max_length - 2`` characters before both lookups, so a long word in its ``word.dic`` was
-        never seen whole in training, and a cut prefix that is in it was.
-        """
+        """N tokens -> (char ids int32 (N, C), word ids int64 (N,) or None). Words are looked up as the
+        char table cuts them: ELMoForManyLangs' reader cuts before both lookups, so training saw a long
+        word of its ``word.dic`` only as its cut prefix."""
         words = None
         if self.words is not None:
             cut = self.chars.cut if isinstance(self.chars, CharTable) else None

@@ -1,13 +1,11 @@
-"""BiLMConfig: every size of the network, the presets, the original options.json format and the
-network JSON of ELMoForManyLangs."""
+"""BiLMConfig: every size of the network, and the presets. The configs of other toolkits' formats
+are read where their weights are (``weights``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 from ..kernels.advice import ModelShapes
 from .chars import BYTE_ENCODING, MAX_WORD_LENGTH, N_CHARACTERS, TABLE_ENCODING
@@ -24,17 +22,10 @@ class ConfigError(ValueError):
 class BiLMConfig:
     """Sizes and options of a character-level bidirectional language model.
 
-    The char encoder embeds characters (``char_embedding_dim``), runs one convolution per
-    ``(width, n_filters)`` in ``filters``, takes the max over characters, applies ``activation``,
-    ``n_highway`` highway layers and a linear projection to ``projection_dim`` (P). Each direction
-    then has ``n_layers`` LSTM layers of ``lstm_dim`` cells (H) projected to P, optionally with cell
-    and projection clipping and residual connections between layers. ``vocab_size`` > 0 adds the
-    softmax head shared by both directions (pretraining only).
-
-    ``char_vocabulary`` says how tokens become character ids: ``"utf8-bytes"`` (the original
-    mapping, 262 ids, 50 per token) or ``"table"`` (the model's own character vocabulary of
-    ``n_characters`` ids, saved beside the weights). ``word_dim`` > 0 adds a word embedding of
-    ``word_vocab_size`` rows, concatenated with the highway output before the projection.
+    Char encoder: one convolution per ``(width, n_filters)``, max over characters, ``n_highway``
+    highways, a projection to ``projection_dim`` (P); each direction: ``n_layers`` LSTM layers of
+    ``lstm_dim`` cells (H) projected to P. ``vocab_size`` > 0 adds the shared softmax head (pretraining
+    only); ``word_dim`` > 0, a word embedding concatenated with the highway output before the projection.
     """
 
     projection_dim: int
@@ -102,8 +93,7 @@ class BiLMConfig:
         return self.char_vocabulary == TABLE_ENCODING or self.word_dim > 0
 
     def to_dict(self) -> Dict[str, Any]:
-        """All fields; the token-vocabulary fields only when they differ from their defaults, so
-        that byte-encoded models keep the files (and safetensors metadata) they always had."""
+        """All fields, the vocabulary fields only when not default: byte-encoded models' files stay the same."""
         data = dataclasses.asdict(self)
         data["filters"] = [list(pair) for pair in self.filters]
         for name in _VOCABULARY_FIELDS:
@@ -200,13 +190,11 @@ PRESETS: Dict[str, BiLMConfig] = {
         cell_clip=3.0,
         proj_clip=3.0,
     ),
-    # Sizes of the published medium (28.0M) and small (13.6M) models, unclipped so that they
-    # run on the fused LSTM kernels when we pretrain them ourselves.
+    # Sizes of the published medium (28.0M) and small (13.6M) models, unclipped to run on the fused LSTM kernels.
     "medium": BiLMConfig(projection_dim=256, lstm_dim=2048, filters=_ORIGINAL_FILTERS, n_highway=1),
     "small": BiLMConfig(projection_dim=128, lstm_dim=1024, filters=_ORIGINAL_FILTERS, n_highway=1),
-    # The paper's structure sized for minutes of CPU: the workflow's default, the lowest held-out
-    # perplexity after 9 minutes on 2 cores in `bench/pretrain.py sweep` (0.77M parameters; the
-    # original's filter widths with an eighth of its filters, LSTM 256, projection 64).
+    # The workflow's default: the paper's structure with the lowest held-out perplexity after 9 minutes
+    # on 2 cores in `bench/pretrain.py sweep` (0.77M parameters).
     "mini": BiLMConfig(projection_dim=64, lstm_dim=256, filters=_EIGHTH_FILTERS, n_highway=1),
     # For tests and smoke runs.
     "tiny": BiLMConfig(
@@ -217,122 +205,3 @@ PRESETS: Dict[str, BiLMConfig] = {
         char_embedding_dim=8,
     ),
 }
-
-
-def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig:
-    """Read the original release's options (a dict or an options.json path)."""
-    source = str(options) if not isinstance(options, dict) else "options"
-    if not isinstance(options, dict):
-        options = _read_json(Path(options))
-    try:
-        lstm, cnn = options["lstm"], options["char_cnn"]
-        config = BiLMConfig(
-            projection_dim=int(lstm["projection_dim"]),
-            lstm_dim=int(lstm["dim"]),
-            n_layers=int(lstm["n_layers"]),
-            cell_clip=_optional_float(lstm.get("cell_clip")),
-            proj_clip=_optional_float(lstm.get("proj_clip")),
-            residual=bool(lstm.get("use_skip_connections", False)),
-            filters=tuple((int(w), int(n)) for w, n in cnn["filters"]),
-            n_highway=int(cnn.get("n_highway") or 0),
-            char_embedding_dim=int(cnn["embedding"]["dim"]),
-            activation=cnn.get("activation", "relu"),
-            n_characters=_inference_characters(int(cnn.get("n_characters", N_CHARACTERS))),
-            max_characters_per_token=int(cnn.get("max_characters_per_token", MAX_WORD_LENGTH)),
-        )
-    except (KeyError, TypeError, ValueError) as err:
-        if isinstance(err, ConfigError):
-            raise ConfigError(f"{source}: {err}") from None
-        raise ConfigError(
-            f"{source} is not an ELMo options file: missing or invalid entry {err}. Expected "
-            "'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (filters, embedding, ...)."
-        ) from None
-    if config.n_characters != N_CHARACTERS or config.max_characters_per_token != MAX_WORD_LENGTH:
-        raise ConfigError(
-            f"{source}: n_characters={config.n_characters}, max_characters_per_token="
-            f"{config.max_characters_per_token}; only the standard {N_CHARACTERS} / "
-            f"{MAX_WORD_LENGTH} character encoding is supported."
-        )
-    return config
-
-
-def _inference_characters(n_characters: int) -> int:
-    """bilm-tf trains with 261 characters and runs with 262 (a zero padding row before the trained
-    ones; its README says to edit options.json after training). Options left at 261 describe the
-    same weights, so they are read as 262."""
-    return N_CHARACTERS if n_characters == N_CHARACTERS - 1 else n_characters
-
-
-def config_from_efml(
-    network: Dict[str, Any], *, n_characters: int, word_vocab_size: int = 0, source: str = "network config"
-) -> BiLMConfig:
-    """Read an ELMoForManyLangs network JSON (the file its ``config.json`` names as ``config_path``).
-
-    The JSON holds no vocabulary sizes: ``n_characters`` (rows of our character embedding, one more
-    than char.dic's because id 0 is reserved) and ``word_vocab_size`` come from the vocabularies.
-    Only the 'cnn' token embedder and the 'elmo' encoder are supported.
-    """
-    try:
-        encoder, embedder = network["encoder"], network["token_embedder"]
-        _require_efml_parts(encoder, embedder, source)
-        word_dim = int(embedder.get("word_dim") or 0)
-        return BiLMConfig(
-            projection_dim=int(encoder["projection_dim"]),
-            lstm_dim=int(encoder["dim"]),
-            n_layers=int(encoder["n_layers"]),
-            # their LSTM clips only when the value is truthy: 0 or null means no clipping
-            cell_clip=float(encoder["cell_clip"]) if encoder.get("cell_clip") else None,
-            proj_clip=float(encoder["proj_clip"]) if encoder.get("proj_clip") else None,
-            residual=True,
-            filters=tuple((int(w), int(n)) for w, n in embedder["filters"]),
-            n_highway=int(embedder.get("n_highway") or 0),
-            char_embedding_dim=int(embedder["char_dim"]),
-            activation=embedder.get("activation", "relu"),
-            n_characters=n_characters,
-            max_characters_per_token=int(embedder["max_characters_per_token"]),
-            dropout=float(network.get("dropout", 0.1)),
-            char_vocabulary=TABLE_ENCODING,
-            word_vocab_size=word_vocab_size if word_dim else 0,
-            word_dim=word_dim,
-        )
-    except ConfigError as err:
-        raise ConfigError(f"{source}: {err}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise ConfigError(
-            f"{source} is not an ELMoForManyLangs network config: missing or invalid entry {err}. Expected "
-            "'encoder' (name, projection_dim, dim, n_layers, cell_clip, proj_clip) and 'token_embedder' "
-            "(name, filters, n_highway, char_dim, word_dim, max_characters_per_token, activation)."
-        ) from None
-
-
-def _require_efml_parts(encoder: Dict[str, Any], embedder: Dict[str, Any], source: str) -> None:
-    if str(encoder["name"]).lower() != "elmo":
-        raise ConfigError(
-            f"{source}: encoder {encoder['name']!r} is not supported; only the 'elmo' encoder (biLM with projection) "
-            "is."
-        )
-    if str(embedder["name"]).lower() != "cnn":
-        raise ConfigError(
-            f"{source}: token_embedder {embedder['name']!r} is not supported; only the 'cnn' (char CNN) token "
-            "embedder is."
-        )
-    if int(embedder["char_dim"]) <= 0:
-        raise ConfigError(
-            f"{source}: char_dim is {embedder['char_dim']}; models without a character encoder are not supported."
-        )
-
-
-def _optional_float(value: Any) -> Optional[float]:
-    return None if value is None else float(value)
-
-
-def _read_json(path: Path) -> Dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"{path}: file not found.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must contain a JSON object, got {type(data).__name__}.")
-    return data

@@ -1,18 +1,19 @@
-"""One LSTM layer's parameters (one direction): the cell with its projection and clipping, and the
-state of a stack of them. The runners (``step_loop``, ``fused_lstm``, ``lstm_training``; chosen by
-``lstm_paths``) compute with them."""
+"""One LSTM layer's parameters (one direction), the cell with its projection and clipping written
+once, and how training runs a layer: differentiable, the same in training and in evaluation (dev
+perplexity), cuDNN's fused kernel over a PackedSequence-style batch for unclipped layers on a GPU,
+an autograd step loop otherwise. Inference runs layers through a backend
+(``kernels.lstm_steps``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 
+from ..kernels.lstm_steps import LstmStacks, PairRunner, each_direction, fused_weights
 from .config import BiLMConfig
-
-LayerState = Tuple[Tensor, Tensor]  # h (B, P), c (B, H)
 
 
 class LstmLayer(nn.Module):
@@ -75,34 +76,73 @@ class LstmLayer(nn.Module):
 
 
 @dataclass
-class LstmState:
-    """LSTM state of every layer of both directions: h (2, L, B, P), c (2, L, B, H)."""
+class PackedOrder:
+    """Time-major order of a packed batch, as in torch's PackedSequence (training path).
 
-    h: Tensor
-    c: Tensor
+    batch_sizes[t]: sentences longer than t; index: direction -> (N,) time-major position ->
+    packed token index, time running forwards or backwards through each sentence.
+    """
 
-    _DIRECTIONS = ("forward", "backward")
+    batch_sizes: List[int]
+    index: Dict[str, Tensor]
 
     @classmethod
-    def zeros(
-        cls, n_layers: int, batch: int, proj: int, cells: int, device: torch.device, dtype: torch.dtype
-    ) -> "LstmState":
-        return cls(
-            h=torch.zeros(2, n_layers, batch, proj, device=device, dtype=dtype),
-            c=torch.zeros(2, n_layers, batch, cells, device=device, dtype=dtype),
+    def build(cls, lengths: Sequence[int], device: torch.device) -> "PackedOrder":
+        lengths_t = torch.as_tensor(list(lengths), dtype=torch.long)
+        sorted_lengths, order = torch.sort(lengths_t, descending=True, stable=True)
+        first = torch.cumsum(lengths_t, 0) - lengths_t
+        n_steps = int(sorted_lengths[0]) if len(lengths_t) else 0
+        step, row = (torch.arange(n_steps).unsqueeze(1) < sorted_lengths.unsqueeze(0)).nonzero(as_tuple=True)
+        start = first[order][row]
+        index = {"forward": start + step, "backward": start + sorted_lengths[row] - 1 - step}
+        sizes = torch.bincount(step, minlength=n_steps).tolist() if n_steps else []
+        return cls(batch_sizes=sizes, index={k: v.to(device) for k, v in index.items()})
+
+
+def run_differentiable(layer: LstmLayer, x: Tensor, order: PackedOrder, direction: str) -> Tensor:
+    """Autograd path for training. x (N, I) packed -> (N, P) packed. cuDNN's fused kernel for
+    unclipped layers where cuDNN takes ``x`` (on a GPU); elsewhere an autograd step loop (ATen's
+    CPU LSTM slices its inputs once per step, and every slice's backward fills a gradient as large
+    as all of them)."""
+    if not order.batch_sizes:
+        return x.new_zeros(0, layer.projection_dim)
+    index = order.index[direction]
+    x_time = x[index]
+    active = order.batch_sizes[0]
+    h0 = x.new_zeros(active, layer.projection_dim)
+    c0 = x.new_zeros(active, layer.cells)
+    if layer.is_clipped or not torch.backends.cudnn.is_acceptable(x):
+        out = _autograd_step_loop(layer, x_time, order.batch_sizes, h0, c0)
+    else:
+        batch_sizes = torch.tensor(order.batch_sizes, dtype=torch.long)
+        out, _, _ = torch.lstm(
+            x_time, batch_sizes, (h0.unsqueeze(0), c0.unsqueeze(0)), fused_weights(layer), True, 1, 0.0, True, False
         )
+    packed = torch.empty_like(out)
+    packed[index] = out
+    return packed
 
-    @classmethod
-    def from_layers(cls, layers: Dict[Tuple[str, int], LayerState], n_layers: int) -> "LstmState":
-        def stacked(part: int) -> Tensor:
-            return torch.stack([torch.stack([layers[d, k][part] for k in range(n_layers)]) for d in cls._DIRECTIONS])
 
-        return cls(h=stacked(0), c=stacked(1))
+def _autograd_step_loop(layer: LstmLayer, x_time: Tensor, batch_sizes: List[int], h: Tensor, c: Tensor) -> Tensor:
+    """x_time (N, I) time-major, PackedSequence order -> (N, P). ``split`` rather than slicing:
+    its backward is one concatenation."""
+    cells = layer.cells
+    inputs = torch.nn.functional.linear(x_time, layer.weight_ih, layer.bias).split(batch_sizes)
+    outputs = []
+    for step_inputs, active in zip(inputs, batch_sizes):
+        gates = torch.addmm(step_inputs, h[:active], layer.weight_hh.t())
+        i, f, g, o = gates.split(cells, dim=1)
+        c, hidden = layer.cell(
+            torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o), c[:active], torch.tanh
+        )
+        h = layer.project(hidden, lambda x: x @ layer.weight_hr.t())
+        outputs.append(h)
+    return torch.cat(outputs)
 
-    @property
-    def batch_size(self) -> int:
-        return self.h.shape[2]
 
-    def layer(self, direction: str, depth: int) -> LayerState:
-        index = self._DIRECTIONS.index(direction)
-        return self.h[index, depth], self.c[index, depth]
+def training_runner(stacks: LstmStacks, lengths: List[int], device: torch.device) -> PairRunner:
+    """The differentiable runner of a call's layers (``kernels.lstm_steps.PairRunner``; no start state)."""
+    order = PackedOrder.build(lengths, device)
+    return each_direction(
+        stacks, lambda layer, x, direction, start: (run_differentiable(layer, x, order, direction), None)
+    )

@@ -1,9 +1,7 @@
 """A bounded LRU cache of context-independent token representations, keyed by token string.
 
-The char encoder is batch-invariant, so a cached row is bitwise the row it would recompute. The
-cache drops everything when the char encoder's parameters change (training steps, a new state
-dict, a move to another device), which it notices from the tensors' version counters.
-"""
+The char encoder is batch-invariant, so a cached row is bitwise the row it would recompute; the cache
+empties when the encoder's parameters change (version counter, storage, dtype or device)."""
 
 from __future__ import annotations
 
@@ -18,9 +16,8 @@ from ..kernels.devices import index_tensor
 
 
 class TokenCache:
-    """Up to ``capacity`` token representations and at most ``max_bytes`` of them; ``capacity=0``
-    keeps nothing between calls. Within a call each distinct token is encoded once either way
-    (sentence boundaries and function words repeat in every batch)."""
+    """Up to ``capacity`` token representations, at most ``max_bytes``; ``capacity=0`` keeps none between
+    calls. A call encodes each distinct token once (boundaries and function words repeat in every batch)."""
 
     def __init__(self, capacity: int = 20000, max_bytes: int | None = None) -> None:
         self._lock = threading.RLock()  # one lookup at a time: several threads may share a biLM
@@ -81,8 +78,7 @@ class TokenCache:
             self._rows = None
 
     def lookup(self, tokens: Sequence[str], encoder: nn.Module, encode: Callable[[List[str]], Tensor]) -> Tensor:
-        """Representations of ``tokens``: (len(tokens), P). Unknown tokens go through
-        ``encode(list_of_strings) -> (n, P)`` once each and are remembered."""
+        """(len(tokens), P); unknown tokens go through ``encode(list_of_strings) -> (n, P)`` once, then are kept."""
         unique = list(dict.fromkeys(tokens))
         if self.capacity == 0 or not unique:
             return encode_distinct(tokens, encode)
@@ -158,8 +154,7 @@ class TokenCache:
 
 
 def encode_distinct(tokens: Sequence[str], encode: Callable[[List[str]], Tensor]) -> Tensor:
-    """``encode(tokens)`` (len(tokens), P), with each distinct token encoded once: the char
-    encoder is batch-invariant, so a repeated token's row is bitwise the row it would recompute."""
+    """``encode(tokens)`` (len(tokens), P), each distinct token encoded once (the encoder is batch-invariant)."""
     unique = list(dict.fromkeys(tokens))
     if len(unique) == len(tokens):
         return encode(list(tokens))

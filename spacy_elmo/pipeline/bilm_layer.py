@@ -1,9 +1,11 @@
-"""thinc layers: the torch biLM behind thinc's PyTorchWrapper.
+"""thinc layers: the torch biLM and its runner behind thinc's PyTorchWrapper.
 
 ``spacy-elmo.BiLM.v1`` maps a batch of sentences (token strings) to their layers, one
 ``(L+1, T_i, 2P)`` array per sentence on the current device (cupy on GPU: tensors cross by DLPack,
-no host copy). The wrapped module serializes as safetensors plus its BiLMConfig, so loading
-rebuilds the network at the sizes of the stored weights and nothing is unpickled.
+no host copy). The wrapped module holds the ``BiLM`` (the weights thinc moves and saves) and the
+``BiLMRunner`` that runs it, made when the component says how (``run_with``) and again where
+thinc moves the weights. It serializes as safetensors plus its BiLMConfig, so loading rebuilds
+the network at the sizes of the stored weights and nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ..kernels.devices import made_current
 from ..network.bilm import BiLM
 from ..network.chars import TokenIndexer
 from ..network.config import BiLMConfig
-from ..network.sentences import contextual_layers, split_sentences
+from ..network.runner import BiLMRunner, split_sentences
+from ..network.token_cache import TokenCache
 
 Sentences = List[List[str]]
 
@@ -34,15 +37,35 @@ _IMPORTED_IN = os.getpid()
 
 class SentenceEncoder(nn.Module):
     """The torch module thinc wraps: sentences (token strings) -> layers (L+1, N, 2P), boundaries
-    included, through the bilm's token cache."""
+    included, through ``runner`` (made by ``run_with``; until then an exact fp32 one, made at the
+    first call)."""
 
     def __init__(self, bilm: BiLM) -> None:
         super().__init__()
         self.bilm = bilm
+        self.runner: Optional[BiLMRunner] = None
+
+    def run_with(self, precision: str, token_cache_bytes: Optional[int] = None) -> BiLMRunner:
+        """The runner of ``precision`` whose token cache keeps at most ``token_cache_bytes``: this
+        one's where it already runs that way, else a new one (what runs, chosen now)."""
+        runner = self.runner
+        if runner is None or runner.requested != precision or runner.token_cache.max_bytes != token_cache_bytes:
+            runner = self.runner = BiLMRunner(self.bilm, precision, token_cache=TokenCache(max_bytes=token_cache_bytes))
+        return runner
 
     def forward(self, sentences: Sentences) -> torch.Tensor:
         _single_thread_after_fork()
-        return contextual_layers(self.bilm, sentences)
+        runner = self.runner if self.runner is not None else self.run_with("fp32")
+        return runner.layers(sentences)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "SentenceEncoder":
+        """thinc moves the weights (``to_gpu``, ``to_cpu``): the runner is made again for the
+        device they are on now."""
+        moved = super()._apply(fn, recurse)
+        runner = self.runner
+        if runner is not None and runner.backend.device != self.bilm.device:
+            self.runner = runner.with_settings(precision=runner.requested)
+        return moved
 
     def train(self, mode: bool = True) -> "SentenceEncoder":
         """Always eval: the biLM is frozen inside spaCy. (thinc's shim calls train() after every
@@ -92,7 +115,12 @@ def build_bilm(
 
 def get_bilm(model: Model) -> BiLM:
     """The torch BiLM inside a ``spacy-elmo.BiLM.v1`` model."""
-    return model.shims[0]._model.bilm
+    return encoder_of(model).bilm
+
+
+def encoder_of(model: Model) -> SentenceEncoder:
+    """The ``SentenceEncoder`` inside a ``spacy-elmo.BiLM.v1`` model."""
+    return model.shims[0]._model
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ from ..hub.cache import recorded_input_attr, resolve_weights
 from ..hub.catalogue import CATALOGUE
 from ..weights.native import load_bilm
 from . import centering_fit
-from .bilm_layer import get_bilm, on_bilm_device, set_bilm
+from .bilm_layer import encoder_of, get_bilm, on_bilm_device, set_bilm
 from .centering import CENTERING_TOKENS, Centering, NotEnoughText
 from .extensions import install_vector_hooks
 from .mix_settings import MixSettings
@@ -46,6 +46,7 @@ from .weights_record import WeightsRecord
 
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
+    from ..network.runner import BiLMRunner
 
 DEFAULT_MODEL = Config().from_str(
     """
@@ -135,6 +136,13 @@ class Elmo(TrainablePipe):
     def bilm(self) -> "BiLM":
         """The torch BiLM this component runs."""
         return get_bilm(self.model)
+
+    @property
+    def runner(self) -> "BiLMRunner":
+        """What runs the biLM (its backend for the precision, its token cache), made when the weights
+        arrived."""
+        self._require_weights()
+        return encoder_of(self.model).run_with(self.settings.precision, self.settings.token_cache_bytes)
 
     @property
     def record(self) -> WeightsRecord:
@@ -232,7 +240,7 @@ class Elmo(TrainablePipe):
             return doc_layers(
                 self.model,
                 docs,
-                self._sentences.for_model(self.bilm, dtype),
+                self._sentences.for_model(self.runner, dtype),
                 shape=(config.n_output_layers, config.output_dim),
                 dtype=dtype,
                 max_sentence_length=self.settings.max_sentence_length,
@@ -386,10 +394,8 @@ class Elmo(TrainablePipe):
         (by what this machine is, ``kernels.select``: its kernel, fp32 with a warning, or refused), the token
         cache's bound and the default mix (layer_weights checked against the layers)."""
         settings = self.settings
-        bilm = self.bilm.with_settings(precision=settings.precision)
-        bilm.token_cache.max_bytes = settings.token_cache_bytes
-        set_bilm(self.model, bilm)
-        n_layers = bilm.config.n_output_layers
+        encoder_of(self.model).run_with(settings.precision, settings.token_cache_bytes)
+        n_layers = self.bilm.config.n_output_layers
         self._mix = MixSettings.for_layers(
             n_layers, settings.layer_weights, settings.gamma, settings.pooling, settings.layer_norm
         )

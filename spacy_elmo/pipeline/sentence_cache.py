@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional, Tuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..network.bilm import BiLM
+    from ..network.runner import BiLMRunner
 
 
 class SentenceCache:
@@ -34,11 +34,11 @@ class SentenceCache:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["capacity"], state.get("max_bytes"))  # type: ignore[misc]
 
-    def for_model(self, bilm: BiLM, dtype: type = np.float32) -> "SentenceCache":
-        """This cache, emptied first unless its layers came from ``bilm`` in its current precision,
+    def for_model(self, runner: BiLMRunner, dtype: type = np.float32) -> "SentenceCache":
+        """This cache, emptied first unless its layers came from ``runner`` in its precision,
         handed out as ``dtype`` (on a GPU, float16 layers arrive already rounded: a float32 call must
         not be handed those)."""
-        owner = (id(bilm), bilm.precision, np.dtype(dtype).name)
+        owner = (id(runner), runner.precision, np.dtype(dtype).name)
         with self._lock:
             if owner != self._owner:
                 self._entries.clear()

@@ -10,7 +10,7 @@ import numpy as np
 from spacy.tokens import Doc, Token
 from thinc.api import CupyOps, Model, NumpyOps
 
-from ..network.sentences import batches_by_length
+from ..network.runner import batches_by_length
 from .sentence_cache import SentenceCache
 
 # A segment of a doc the biLM reads as one sentence: (doc position, token indices).

@@ -101,18 +101,17 @@ def metadata(nlp: Any) -> Dict[str, Any]:
     from ..pipeline.component import Elmo
 
     elmo = next(pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo))
-    bilm = elmo.bilm
-    kernels = bilm.kernels
+    bilm, backend = elmo.bilm, elmo.runner.backend
     return {
         "pipeline": {"name": nlp.meta.get("name"), "version": nlp.meta.get("version"), "lang": nlp.lang},
         "components": list(nlp.pipe_names),
         "elmo": {
             "layers": bilm.config.n_output_layers,
             "width": bilm.config.output_dim,
-            "precision": bilm.precision,
+            "precision": backend.runs,
             "device": str(bilm.device),
-            "kernel": None if kernels is None else kernels.choice.kernel,
-            "kernels": None if kernels is None else kernels.description(),
+            "kernel": backend.choice.kernel,
+            "kernels": backend.description(),
         },
         "spacy_elmo": version("spacy-elmo"),
     }

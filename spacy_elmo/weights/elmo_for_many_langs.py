@@ -34,8 +34,8 @@ import torch
 from torch import Tensor
 
 from ..network.bilm import BiLM
-from ..network.chars import CharTable, TokenIndexer, WordTable
-from ..network.config import BiLMConfig, ConfigError, config_from_efml
+from ..network.chars import TABLE_ENCODING, CharTable, TokenIndexer, WordTable
+from ..network.config import BiLMConfig, ConfigError
 from .native import WeightsError, load_state
 
 MODEL_CONFIG = "config.json"
@@ -301,3 +301,62 @@ def _lstm_state(encoder: _StateReader, source: str, target: str, config: BiLMCon
         f"{target}.bias": encoder.take(f"{source}.state_linearity.bias", (gates,)),
         f"{target}.weight_hr": encoder.take(f"{source}.state_projection.weight", (proj, config.lstm_dim)),
     }
+
+
+def config_from_efml(
+    network: Dict[str, Any], *, n_characters: int, word_vocab_size: int = 0, source: str = "network config"
+) -> BiLMConfig:
+    """Read an ELMoForManyLangs network JSON (the file its ``config.json`` names as ``config_path``).
+
+    The JSON holds no vocabulary sizes: ``n_characters`` (rows of our character embedding, one more
+    than char.dic's because id 0 is reserved) and ``word_vocab_size`` come from the vocabularies.
+    Only the 'cnn' token embedder and the 'elmo' encoder are supported.
+    """
+    try:
+        encoder, embedder = network["encoder"], network["token_embedder"]
+        _require_efml_parts(encoder, embedder, source)
+        word_dim = int(embedder.get("word_dim") or 0)
+        return BiLMConfig(
+            projection_dim=int(encoder["projection_dim"]),
+            lstm_dim=int(encoder["dim"]),
+            n_layers=int(encoder["n_layers"]),
+            # their LSTM clips only when the value is truthy: 0 or null means no clipping
+            cell_clip=float(encoder["cell_clip"]) if encoder.get("cell_clip") else None,
+            proj_clip=float(encoder["proj_clip"]) if encoder.get("proj_clip") else None,
+            residual=True,
+            filters=tuple((int(w), int(n)) for w, n in embedder["filters"]),
+            n_highway=int(embedder.get("n_highway") or 0),
+            char_embedding_dim=int(embedder["char_dim"]),
+            activation=embedder.get("activation", "relu"),
+            n_characters=n_characters,
+            max_characters_per_token=int(embedder["max_characters_per_token"]),
+            dropout=float(network.get("dropout", 0.1)),
+            char_vocabulary=TABLE_ENCODING,
+            word_vocab_size=word_vocab_size if word_dim else 0,
+            word_dim=word_dim,
+        )
+    except ConfigError as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ConfigError(
+            f"{source} is not an ELMoForManyLangs network config: missing or invalid entry {err}. Expected "
+            "'encoder' (name, projection_dim, dim, n_layers, cell_clip, proj_clip) and 'token_embedder' "
+            "(name, filters, n_highway, char_dim, word_dim, max_characters_per_token, activation)."
+        ) from None
+
+
+def _require_efml_parts(encoder: Dict[str, Any], embedder: Dict[str, Any], source: str) -> None:
+    if str(encoder["name"]).lower() != "elmo":
+        raise ConfigError(
+            f"{source}: encoder {encoder['name']!r} is not supported; only the 'elmo' encoder (biLM with projection) "
+            "is."
+        )
+    if str(embedder["name"]).lower() != "cnn":
+        raise ConfigError(
+            f"{source}: token_embedder {embedder['name']!r} is not supported; only the 'cnn' (char CNN) token "
+            "embedder is."
+        )
+    if int(embedder["char_dim"]) <= 0:
+        raise ConfigError(
+            f"{source}: char_dim is {embedder['char_dim']}; models without a character encoder are not supported."
+        )

@@ -57,8 +57,7 @@ def save_bilm(bilm: BiLM, directory: PathLike) -> Path:
 
 def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> BiLM:
     """Load a native biLM: a directory (or its ``model.safetensors``). Returns the module in eval
-    mode on ``device`` (default CPU), its kernels decided for exact fp32
-    (``bilm.with_settings(precision=...)`` runs it another way)."""
+    mode on ``device`` (default CPU); ``BiLMRunner(bilm, precision=...)`` runs it for inference."""
     directory = _native_directory(Path(path))
     config = read_config(directory / CONFIG_FILE)
     indexer = read_vocabulary(directory / VOCABULARY_FILE, config) if config.needs_vocabulary else None
@@ -66,8 +65,7 @@ def load_bilm(path: PathLike, device: Union[str, torch.device, None] = None) -> 
     with torch.device("meta"), InitSkippedOnMeta():  # no memory, no values: the file's replace them at once
         bilm = BiLM(config, indexer)
     load_state(bilm, tensors, directory / WEIGHTS_FILE, assign=True)
-    # decided at load: the kernels' probes and weight copies, not in the first call
-    return bilm.to(device or "cpu").eval().with_settings(precision="fp32")
+    return bilm.to(device or "cpu").eval()
 
 
 class InitSkippedOnMeta(TorchFunctionMode):

@@ -4,14 +4,16 @@ gate order and its run-time forget bias are turned into PyTorch's order and a fo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from ..network.bilm import BiLM
-from ..network.config import BiLMConfig, ConfigError, config_from_options
+from ..network.chars import MAX_WORD_LENGTH, N_CHARACTERS
+from ..network.config import BiLMConfig, ConfigError
 from .native import PathLike, WeightsError, load_state
 
 if TYPE_CHECKING:
@@ -101,3 +103,63 @@ def _original_lstm(read: _Reader, cell: str, target: str, config: BiLMConfig) ->
         f"{target}.bias": bias,
         f"{target}.weight_hr": read(f"{cell}/W_P_0", (cells, proj)).t().contiguous(),
     }
+
+
+def config_from_options(options: Union[Dict[str, Any], str, Path]) -> BiLMConfig:
+    """Read the original release's options (a dict or an options.json path)."""
+    source = str(options) if not isinstance(options, dict) else "options"
+    if not isinstance(options, dict):
+        options = _read_json(Path(options))
+    try:
+        lstm, cnn = options["lstm"], options["char_cnn"]
+        config = BiLMConfig(
+            projection_dim=int(lstm["projection_dim"]),
+            lstm_dim=int(lstm["dim"]),
+            n_layers=int(lstm["n_layers"]),
+            cell_clip=_optional_float(lstm.get("cell_clip")),
+            proj_clip=_optional_float(lstm.get("proj_clip")),
+            residual=bool(lstm.get("use_skip_connections", False)),
+            filters=tuple((int(w), int(n)) for w, n in cnn["filters"]),
+            n_highway=int(cnn.get("n_highway") or 0),
+            char_embedding_dim=int(cnn["embedding"]["dim"]),
+            activation=cnn.get("activation", "relu"),
+            n_characters=_inference_characters(int(cnn.get("n_characters", N_CHARACTERS))),
+            max_characters_per_token=int(cnn.get("max_characters_per_token", MAX_WORD_LENGTH)),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise ConfigError(f"{source}: {err}") from None
+        raise ConfigError(
+            f"{source} is not an ELMo options file: missing or invalid entry {err}. Expected "
+            "'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (filters, embedding, ...)."
+        ) from None
+    if config.n_characters != N_CHARACTERS or config.max_characters_per_token != MAX_WORD_LENGTH:
+        raise ConfigError(
+            f"{source}: n_characters={config.n_characters}, max_characters_per_token="
+            f"{config.max_characters_per_token}; only the standard {N_CHARACTERS} / "
+            f"{MAX_WORD_LENGTH} character encoding is supported."
+        )
+    return config
+
+
+def _inference_characters(n_characters: int) -> int:
+    """bilm-tf trains with 261 characters and runs with 262 (a zero padding row before the trained
+    ones; its README says to edit options.json after training). Options left at 261 describe the
+    same weights, so they are read as 262."""
+    return N_CHARACTERS if n_characters == N_CHARACTERS - 1 else n_characters
+
+
+def _optional_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"{path}: file not found.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must contain a JSON object, got {type(data).__name__}.")
+    return data

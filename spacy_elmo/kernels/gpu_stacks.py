@@ -1,14 +1,28 @@
-"""Calls on a CUDA GPU replayed as CUDA graphs: one launch instead of three or four a step.
+"""Both LSTM stacks of a biLM on a CUDA GPU, through the Triton kernels of ``kernels.triton_ops``.
+
+Sentences stream through lanes as in ``lanes.LanePlan`` (longest first to the least loaded
+lane, back to back), but each call sizes its own lanes: as many as make every lane about as busy
+as the longest sentence (``lane_count``), so the steps are as few as the longest sentence needs
+and few lanes idle. Lanes are numbered busiest first, so the lanes at work at a step are a prefix
+and the kernels skip the rest. Both directions of a layer run in the same launches (a program
+axis): a step is the recurrent matmul in pieces (fp32), the cells, the projection in pieces and
+their sum (``TritonOps.lstm_step``). A row's bits never depend on the lanes beside it or on how many
+there are (``triton_kernels``), so nothing is padded for them.
+
+Stateless calls replay the whole of ``run_stacks`` as a CUDA graph (``CallGraphs``): the same
+kernels on the same values, so the same bits as launched one by one.
+
+Calls on a CUDA GPU replayed as CUDA graphs: one launch instead of three or four a step.
 
 One sentence of 24 tokens takes 48 steps through the two layers, each three or four kernel launches
 (both directions in each); a call of 4,096 tokens takes as many steps as its longest sentence,
 hundreds of launches. Launching a Triton kernel from Python costs the host about as long as a small
 step's kernels run (the profile in BENCHMARKS.md); replaying them as a graph removes that cost. A
 graph is captured per bucket of (tokens, steps, lanes), each rounded up with
-``row_buckets.bucket_rows`` (at most 25% more), and replayed for every call that falls in it: its
+``onednn.bucket_rows`` (at most 25% more), and replayed for every call that falls in it: its
 tokens copied into the graph's input rows (rows past the call's hold whatever the last call left: no
 lane reads them, and no row's bits depend on another's), its step tables padded with steps where no
-lane works. The graph runs the kernels of ``gpu_stacks.run_stacks`` on the same values, so its
+lane works. The graph runs the kernels of ``run_stacks`` on the same values, so its
 results are bitwise those of launching them one by one.
 
 A bucket is captured the second time a call falls in it (the first launches the kernels one by
@@ -34,14 +48,138 @@ import threading
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..kernels.row_buckets import bucket_rows
-from ..kernels.triton_ops import TritonOps
-from .gpu_stacks import Schedule, Stacks, run_stacks
+from . import lstm_steps
+from .devices import upload
+from .lstm_steps import LanePlan, LstmState, Pair, PairResult, StatePair
+from .onednn import bucket_rows
+from .triton_ops import LayerPair, Starts, StepTables, TritonOps
+
+MOST_LANES = 1024  # a call's lanes: beyond this, more sentences make longer lanes, not more
+
+
+class Stacks(NamedTuple):
+    """What the kernels read of a biLM's LSTMs: each layer's two directions (``LayerPair``), the
+    clips (cell, projection; None: none) and whether layers above the first add their input."""
+
+    pairs: Tuple[LayerPair, ...]
+    clips: Tuple[Optional[float], Optional[float]]
+    residual: bool
+
+    @classmethod
+    def of(cls, ops: TritonOps, forward: Sequence[Any], backward: Sequence[Any], residual: bool) -> "Stacks":
+        pairs = tuple(ops.layer_pair(ahead, behind) for ahead, behind in zip(forward, backward))
+        return cls(pairs, (forward[0].cell_clip, forward[0].proj_clip), residual)
+
+
+def lane_count(lengths: Sequence[int], most: int = MOST_LANES) -> int:
+    """Lanes for sentences of ``lengths``: enough that the work spread over them takes about as
+    many steps as the longest sentence, at least 1, at most ``most`` and the non-empty sentences."""
+    busy = [length for length in lengths if length]
+    if not busy:
+        return 1
+    return max(1, min(most, len(busy), -(-sum(busy) // max(busy))))
+
+
+@dataclass
+class Schedule:
+    """A call's lane plan as the kernels read it: ``steps`` x ``lanes`` tables (``StepTables``)
+    laid out at ``shape`` = (pad(steps), pad(lanes)), the steps past the plan's with no lane at
+    work. ``host``: the tables as one int32 tensor, in the order ``tables`` views them."""
+
+    lanes: int
+    steps: int
+    shape: Tuple[int, int]
+    host: Tensor
+
+    @classmethod
+    def build(cls, lengths: Sequence[int], pad: Callable[[int], int] = lambda count: count) -> "Schedule":
+        plan = LanePlan.build(lengths, lane_count(lengths), 1, torch.device("cpu"))
+        steps, lanes = plan.n_steps, plan.n_lanes
+        rows, cols = pad(steps), pad(lanes)
+        token = torch.zeros(2, rows, cols, dtype=torch.int32)
+        token[0, :steps, :lanes] = plan.tables["forward"]
+        token[1, :steps, :lanes] = plan.tables["backward"]
+        start, end = (_marks_table(marks, rows, cols) for marks in (plan.starts, plan.ends))
+        busy = torch.tensor(plan.lane_steps, dtype=torch.int32)
+        active = (busy.unsqueeze(0) > torch.arange(rows, dtype=torch.int32).unsqueeze(1)).sum(1, dtype=torch.int32)
+        host = torch.cat([token.flatten(), start.flatten(), end.flatten(), active])
+        return cls(lanes=lanes, steps=steps, shape=(rows, cols), host=host)
+
+    def on(self, device: torch.device) -> Tensor:
+        """The tables copied to ``device`` (through pinned memory on a GPU)."""
+        return upload(self.host, device)
+
+    def tables(self, flat: Tensor) -> StepTables:
+        """Views of ``flat`` (``host`` as copied to the device) as ``StepTables``."""
+        rows, cols = self.shape
+        token, start, end, active = flat.split([2 * rows * cols, rows * cols, rows * cols, rows])
+        return StepTables(token.view(2, rows, cols), start.view(rows, cols), end.view(rows, cols), active)
+
+
+def _marks_table(marks: Dict[int, List[Tuple[int, int]]], rows: int, cols: int) -> Tensor:
+    """(rows, cols) int32: sentence + 1 at each (step, lane) of ``marks``, 0 elsewhere, in one
+    indexed write (the host builds these tables for every call, the GPU waiting)."""
+    table = torch.zeros(rows, cols, dtype=torch.int32)
+    found = [(step, lane, sentence + 1) for step, pairs in marks.items() for lane, sentence in pairs]
+    if found:
+        steps, lanes, values = torch.tensor(found, dtype=torch.int64).unbind(1)
+        table[steps, lanes] = values.to(torch.int32)
+    return table
+
+
+def run_stacks(
+    ops: TritonOps,
+    stacks: Stacks,
+    tokens: Tensor,
+    tables: StepTables,
+    initial_state: Optional[LstmState] = None,
+) -> Tuple[Tensor, Optional[LstmState]]:
+    """Both stacks over packed sentences (``lstm_steps.run_stacks``, both directions of a layer in
+    the same launches): tokens (N, P) -> layers (L+1, N, 2P) and, from ``initial_state`` (B
+    sentences), the state after each sentence's last token."""
+
+    def run_pair(depth: int, inputs: Pair, starts: Optional[StatePair]) -> PairResult:
+        first = inputs[0] is inputs[1]  # the layer below is the tokens: both directions read it (stride 0)
+        x = inputs[0].unsqueeze(0).expand(2, -1, -1) if first else torch.stack(inputs)
+        both = _starts(starts) if starts is not None else None
+        y = run_layer_pair(ops, stacks.pairs[depth], x, tables, stacks.clips, both)
+        ends = None if both is None else ((both.final_h[0], both.final_c[0]), (both.final_h[1], both.final_c[1]))
+        return (y[0], y[1]), ends
+
+    return lstm_steps.run_stacks(len(stacks.pairs), stacks.residual, run_pair, tokens, initial_state)
+
+
+def run_layer_pair(
+    ops: TritonOps,
+    pair: LayerPair,
+    x: Tensor,
+    tables: StepTables,
+    clips: Tuple[Optional[float], Optional[float]],
+    starts: Optional[Starts] = None,
+) -> Tensor:
+    """One layer, both directions: x (2, N, I) (a batch stride of 0 where both read the same)
+    -> (2, N, P)."""
+    gate_inputs = ops.linear_pair(x, pair.w_ih, pair.bias)
+    cells, proj = pair.w_hr.shape[1], pair.w_hr.shape[2]
+    out = x.new_empty(2, x.shape[1], proj)
+    state = ops.lane_state(tables.start.shape[1], cells, proj, x)
+    for step in range(tables.start.shape[0]):
+        ops.lstm_step(step, pair, gate_inputs, tables, state, out, clips, starts)
+    return out
+
+
+def _starts(starts: StatePair) -> Starts:
+    """A layer's start state per sentence, both directions, and buffers for its final state (a
+    sentence with no tokens keeps its start state)."""
+    h = torch.stack([starts[0][0], starts[1][0]]).contiguous()
+    c = torch.stack([starts[0][1], starts[1][1]]).contiguous()
+    return Starts(h=h, c=c, final_h=h.clone(), final_c=c.clone())
+
 
 MOST_TOKENS = 65536  # a call's tokens (boundaries included) up to which it replays a graph
 MOST_GRAPHS = 64  # graphs kept per model, the least recently used dropped first
