@@ -1,45 +1,27 @@
-"""Both LSTM stacks of a biLM on a CUDA GPU, through the Triton kernels of ``kernels.triton_ops``.
+"""Both LSTM stacks of a biLM on a CUDA GPU, through the Triton kernels (``triton_ops``), and the
+CUDA graphs that replay a call.
 
-Sentences stream through lanes as in ``lanes.LanePlan`` (longest first to the least loaded
-lane, back to back), but each call sizes its own lanes: as many as make every lane about as busy
-as the longest sentence (``lane_count``), so the steps are as few as the longest sentence needs
-and few lanes idle. Lanes are numbered busiest first, so the lanes at work at a step are a prefix
-and the kernels skip the rest. Both directions of a layer run in the same launches (a program
-axis): a step is the recurrent matmul in pieces (fp32), the cells, the projection in pieces and
-their sum (``TritonOps.lstm_step``). A row's bits never depend on the lanes beside it or on how many
-there are (``triton_kernels``), so nothing is padded for them.
+Sentences stream through lanes as in ``lstm_steps.LanePlan``, but each call sizes its own lanes:
+as many as make every lane about as busy as the longest sentence (``lane_count``), numbered
+busiest first, so the lanes at work at a step are a prefix and the kernels skip the rest. Both
+directions of a layer run in the same launches: a step is the recurrent matmul in pieces (fp32),
+the cells, the projection in pieces and their sum (``TritonOps.lstm_step``). A row's bits never
+depend on the lanes beside it or on how many there are, so nothing is padded for them.
 
-Stateless calls replay the whole of ``run_stacks`` as a CUDA graph (``CallGraphs``): the same
-kernels on the same values, so the same bits as launched one by one.
-
-Calls on a CUDA GPU replayed as CUDA graphs: one launch instead of three or four a step.
-
-One sentence of 24 tokens takes 48 steps through the two layers, each three or four kernel launches
-(both directions in each); a call of 4,096 tokens takes as many steps as its longest sentence,
-hundreds of launches. Launching a Triton kernel from Python costs the host about as long as a small
-step's kernels run (the profile in BENCHMARKS.md); replaying them as a graph removes that cost. A
-graph is captured per bucket of (tokens, steps, lanes), each rounded up with
-``onednn.bucket_rows`` (at most 25% more), and replayed for every call that falls in it: its
-tokens copied into the graph's input rows (rows past the call's hold whatever the last call left: no
-lane reads them, and no row's bits depend on another's), its step tables padded with steps where no
-lane works. The graph runs the kernels of ``run_stacks`` on the same values, so its
-results are bitwise those of launching them one by one.
-
-A bucket is captured the second time a call falls in it (the first launches the kernels one by
-one): a shape met once costs nothing more, and a stream of shapes that never come back costs no
-captures. The capture's own run, which compiles what Triton has not, answers that call.
-
-The graphs of a model share one memory pool (which keeps the largest call's intermediate values,
-as the caching allocator would) and replay under one lock, each call's layers copied out before the
-next replay. What each graph keeps for itself (its input rows, tables and layers) is bounded by
+Graphs (``CallGraphs``): a step costs three or four launches, and launching a Triton kernel from
+Python costs the host about as long as a small step's kernels run (the profile in BENCHMARKS.md);
+a stateless call replays the whole of ``run_stacks`` as one graph instead, the same kernels on the
+same values, so the same bits. A graph is captured per bucket of (tokens, steps, lanes), each
+rounded up with ``onednn.bucket_rows``, the second time a call falls in it (a shape met once costs
+nothing more; the capture's own run, which compiles what Triton has not, answers that call), and
+replayed for every call in the bucket: its tokens copied into the graph's input rows (rows past
+the call's are read by no lane), its step tables padded with steps where no lane works. A model's
+graphs share one memory pool and replay under one lock; what each keeps for itself is bounded by
 ``MOST_GRAPH_BYTES`` and ``MOST_GRAPHS``, the least recently used dropped first. A capture watches
-only its own thread's CUDA calls (a service's other threads may launch meanwhile); where a capture
-fails all the same, the model launches its kernels one by one from then on (the same results), with
-one warning that says why.
-
-Graphs read the stacked weights they were captured with: a graph is kept for the ``LayerPair``
-objects it read, and weights changed in place give new ones (and new graphs). Stateful calls and
-calls above ``MOST_TOKENS`` tokens launch the kernels one by one.
+only its own thread's CUDA calls; where one fails all the same, the model launches its kernels one
+by one from then on, with one warning. A graph is kept for the ``LayerPair`` objects it read
+(weights changed in place give new ones). Stateful calls and calls above ``MOST_TOKENS`` tokens
+launch the kernels one by one.
 """
 
 from __future__ import annotations
