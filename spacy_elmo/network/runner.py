@@ -98,13 +98,12 @@ class BiLMRunner:
     def __getstate__(self) -> Dict[str, Any]:
         """What was asked, not what was chosen: the process that unpickles it may run on another
         machine, and chooses again there."""
-        cache = self.token_cache
-        return {
+        return {  # the token cache pickles its bounds, not its rows
             "bilm": self.bilm,
             "precision": self.requested,
             "lstm_path": self.lstm_path,
             "blocking": self.blocking,
-            "token_cache": TokenCache(cache.capacity, cache.max_bytes),
+            "token_cache": self.token_cache,
         }
 
     def __setstate__(self, state: Dict[str, Any]) -> None:

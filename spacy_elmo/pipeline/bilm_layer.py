@@ -135,9 +135,12 @@ def on_bilm_device(model: Model) -> Iterator[None]:
 
 def set_bilm(model: Model, bilm: BiLM) -> None:
     """Put ``bilm`` (any size) into a ``spacy-elmo.BiLM.v1`` model, on the device of the one it
-    replaces."""
-    device = get_bilm(model).device
-    model.shims[0]._model = SentenceEncoder(bilm.to(device).eval())
+    replaces, run the way that one ran (where a runner ran it)."""
+    replaced = encoder_of(model)
+    encoder = SentenceEncoder(bilm.to(replaced.bilm.device).eval())
+    if replaced.runner is not None:
+        encoder.run_with(replaced.runner.requested, replaced.runner.token_cache.max_bytes)
+    model.shims[0]._model = encoder
 
 
 def _sentences_in(model: Model, sentences: Sentences, is_train: bool) -> Tuple[ArgsKwargs, Any]:

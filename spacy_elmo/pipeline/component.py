@@ -140,9 +140,11 @@ class Elmo(TrainablePipe):
     @property
     def runner(self) -> "BiLMRunner":
         """What runs the biLM (its backend for the precision, its token cache), made when the weights
-        arrived."""
+        arrived (``_take_weights``) and again where thinc moved them."""
         self._require_weights()
-        return encoder_of(self.model).run_with(self.settings.precision, self.settings.token_cache_bytes)
+        runner = encoder_of(self.model).runner
+        assert runner is not None  # made with the weights, by _take_weights
+        return runner
 
     @property
     def record(self) -> WeightsRecord:
