@@ -36,8 +36,6 @@ class Ops(Protocol):
     """What the encoder's forward pass calls (a backend, ``kernels.backends.Backend``, or
     ``AUTOGRAD``); shapes as there."""
 
-    def token_blocks(self, tokens: int) -> Tuple[int, int]: ...
-
     def conv_max(self, chars: Tensor, convs: Sequence[Any]) -> Tensor: ...
 
     def linear(
@@ -49,11 +47,14 @@ class Ops(Protocol):
     def activation_(self, x: Tensor, name: str) -> Tensor: ...
 
 
+class BlockOps(Ops, Protocol):
+    """A backend as inference calls it: ``Ops`` and how many tokens it takes at once."""
+
+    def token_blocks(self, tokens: int) -> Tuple[int, int]: ...
+
+
 class AutogradOps:
     """The differentiable path's ops (pretraining and its dev perplexity): torch's own."""
-
-    def token_blocks(self, tokens: int) -> Tuple[int, int]:
-        return max(tokens, 1), 1
 
     def conv_max(self, chars: Tensor, convs: Sequence[Any]) -> Tensor:
         """chars (n, C', E) -> each filter's best window score (n, F), without bias."""
@@ -121,7 +122,9 @@ class CharEncoder(nn.Module):
         return self.encode(self.trim(char_ids), word_ids, AUTOGRAD)
 
     @torch.no_grad()
-    def represent(self, char_ids: Tensor, word_ids: Optional[Tensor], ops: "Ops", already_cut: bool = False) -> Tensor:
+    def represent(
+        self, char_ids: Tensor, word_ids: Optional[Tensor], ops: "BlockOps", already_cut: bool = False
+    ) -> Tensor:
         """Inference through a backend (``ops``): a token's representation is bitwise independent of
         the others. Tokens run in blocks of ``ops.token_blocks``, the last padded with pad tokens to
         its multiple; each block is cut after its longest token unless the call is one block whose
