@@ -52,6 +52,22 @@ def test_the_factory_takes_exactly_the_settings_with_their_types():
         assert factory_types[field.name] == expected, field.name
 
 
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"nonsense": 1}, "unexpected argument: 'nonsense'"),
+        ({"max_batch_tokens": "many"}, "max_batch_tokens"),
+        ({"gamma": "x"}, "gamma"),
+    ],
+)
+def test_spacy_checks_a_config_against_the_settings_the_factory_takes(config, said):
+    """The factory is written once (``**settings``); spaCy still sees every setting, with its type."""
+    from thinc.api import ConfigValidationError
+
+    with pytest.raises(ConfigValidationError, match=said):
+        spacy.blank("en").add_pipe("elmo", config=config)
+
+
 def test_the_default_config_is_the_settings_defaults():
     assert spacy.registry.factories.get("elmo") is make_elmo
     nlp = spacy.blank("en")

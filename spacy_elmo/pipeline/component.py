@@ -39,7 +39,7 @@ from .extensions import install_vector_hooks
 from .mix_settings import MixSettings
 from .sentence_cache import SentenceCache
 from .sentence_runs import doc_layers
-from .settings import ElmoSettings
+from .settings import ElmoSettings, settings_as_parameters
 from .task_mix import set_layer_dims, task_mixes
 from .token_input import LEMMA, ORTH, check_docs_have, check_input_attr, require_lemmatizer, token_string
 from .weights_record import WeightsRecord
@@ -62,50 +62,11 @@ DEFAULT_MODEL = Config().from_str(
     default_config={"model": DEFAULT_MODEL, **ElmoSettings().to_config()},
     assigns=["doc._.elmo_data", "doc._.elmo_vectors", "doc._.elmo_mix", "doc._.elmo_centering", "doc.tensor"],
 )
-def make_elmo(
-    nlp: Language,
-    name: str,
-    model: Model,
-    weights: Optional[str],
-    input_attr: Optional[str],
-    layer_weights: Optional[List[float]],
-    gamma: float,
-    layer_norm: bool,
-    pooling: str,
-    set_vector_hooks: bool,
-    max_sentence_length: int,
-    max_batch_tokens: int,
-    sentence_cache_tokens: int,
-    sentence_cache_mb: float,
-    token_cache_mb: float,
-    precision: str,
-    store: str,
-    store_dtype: str,
-    center_vectors: bool,
-    remove_directions: int,
-) -> "Elmo":
-    """The ``elmo`` factory: its arguments after ``model`` are the fields of ``ElmoSettings`` (spaCy
-    reads this signature to check a config; a test checks the two agree)."""
-    settings = ElmoSettings(
-        weights=weights,
-        input_attr=input_attr,
-        layer_weights=layer_weights,
-        gamma=gamma,
-        layer_norm=layer_norm,
-        pooling=pooling,
-        set_vector_hooks=set_vector_hooks,
-        max_sentence_length=max_sentence_length,
-        max_batch_tokens=max_batch_tokens,
-        sentence_cache_tokens=sentence_cache_tokens,
-        sentence_cache_mb=sentence_cache_mb,
-        token_cache_mb=token_cache_mb,
-        precision=precision,
-        store=store,
-        store_dtype=store_dtype,
-        center_vectors=center_vectors,
-        remove_directions=remove_directions,
-    )
-    return Elmo(nlp.vocab, model, name, settings)
+@settings_as_parameters
+def make_elmo(nlp: Language, name: str, model: Model, **settings: Any) -> "Elmo":
+    """The ``elmo`` factory: ``model`` and the settings (``ElmoSettings``, whose fields spaCy sees as
+    this function's keyword parameters, to check a config and fill in what it leaves out)."""
+    return Elmo(nlp.vocab, model, name, ElmoSettings(**settings))
 
 
 class Elmo(TrainablePipe):

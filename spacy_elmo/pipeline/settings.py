@@ -5,16 +5,18 @@ run a saved pipeline with another one, override it at load
 (``spacy.load(path, config={"components": {"elmo": {"precision": "int8"}}})``); the pipeline's
 config.cfg then records it.
 
-Adding a setting: a field here (default, type, check in ``__post_init__``), the same argument in
-the factory's signature (``component.make_elmo``), and its row and section in docs/component.md;
-tests/test_settings.py fails until the three agree.
+Adding a setting: a field here (default, type, check in ``__post_init__``) and its row and section in
+docs/component.md; the factory (``component.make_elmo``) takes it as it is (``settings_as_parameters``),
+and tests/test_settings.py fails until the docs describe it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 from ..kernels.precision import check_precision
 from .centering import check_centering_settings
@@ -75,6 +77,32 @@ class ElmoSettings:
     @property
     def sentence_cache_bytes(self) -> int:
         return megabytes(self.sentence_cache_mb)
+
+
+Factory = TypeVar("Factory", bound=Callable[..., Any])
+
+
+def settings_as_parameters(factory: Factory) -> Factory:
+    """``factory(nlp, name, model, **settings)`` with the signature spaCy reads to check a config and
+    fill in its defaults: its own parameters, then each setting as a keyword parameter, with its
+    type (a list where the settings keep a tuple: configs give lists) and its default."""
+    own = [
+        parameter
+        for parameter in inspect.signature(factory).parameters.values()
+        if parameter.kind != parameter.VAR_KEYWORD
+    ]
+    types = typing.get_type_hints(ElmoSettings)
+    types["layer_weights"] = Optional[List[float]]
+    settings = [
+        inspect.Parameter(
+            setting.name, inspect.Parameter.KEYWORD_ONLY, default=setting.default, annotation=types[setting.name]
+        )
+        for setting in dataclasses.fields(ElmoSettings)
+        if setting.init
+    ]
+    factory.__signature__ = inspect.signature(factory).replace(parameters=own + settings)  # type: ignore[attr-defined]
+    factory.__annotations__ = {**factory.__annotations__, **{p.name: p.annotation for p in settings}}
+    return factory
 
 
 def _check_count(name: str, value: Any, least: int) -> None:
