@@ -96,7 +96,7 @@ def compat(session: nox.Session, torch: str, spacy: Optional[str], numpy: Option
     # spaCy 3.7's CLI imports click, which today's typer no longer brings: a spaCy 3.7 environment has it
     pins = [f"spacy=={spacy}", "click"] if spacy else []
     pins += [f"numpy=={numpy}"] if numpy else []
-    session.install(".[h5]", *pins, "pytest>=7", "matplotlib>=3.5", env=env)
+    session.install(".[h5]", *pins, "pytest>=7", "pytest-xdist>=3.5", "matplotlib>=3.5", env=env)
     ids = ",".join(file_id(r) for r in COMPAT)
     try:
         session.run("python", "scripts/compat_report.py", file_id(row), *session.posargs, env={"COMPAT_IDS": ids})

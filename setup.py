@@ -51,6 +51,7 @@ setup(
         "dev": [
             "spacy-lookups-data>=1.0.3",
             "pytest>=7",
+            "pytest-xdist>=3.5",  # the suite runs side by side (tests/suite_plugin.py)
             "h5py>=3.8",
             "hypothesis>=6",
             # the GPU's kernels run in Triton's interpreter on a CPU (tests/test_triton_kernels.py patches

@@ -5,8 +5,9 @@
 #   bash scripts/gpu_pack.sh          # about 50 MB; carry ".gpu" with the working tree
 # .gpu/site.tar.xz   site/: spaCy and its dependencies (../shared/tools/gpu-wheels.sh), Ray with Ray
 #                    Data and Ray Serve (its Java jars, RLlib, LLM and the runtime agent's own aiohttp
-#                    left out, binaries stripped), jsonschema, and what `serve` needs beyond the
-#                    machine's own packages (SERVE_WHEELS); peer-site/: allennlp 2.10.1 and what its
+#                    left out, binaries stripped), jsonschema, pytest-xdist (pyproject.toml's addopts
+#                    name its options), and what `serve` needs beyond the machine's own packages
+#                    (SERVE_WHEELS); peer-site/: allennlp 2.10.1 and what its
 #                    Elmo imports beyond the stubs (the peer, AllenNLP's Elmo, on the same GPU)
 # .gpu/distinfo/     spacy-elmo's entry points (the elmo factory) for the code in the working tree
 # .gpu/shared/       the fixture, the corpus's valid and test text and 1 MB of its training text, the
@@ -36,7 +37,7 @@ rm -rf .gpu && mkdir -p .gpu/shared/fixtures .gpu/shared/data/corpus .gpu/shared
 # site/ and peer-site/
 bash "$SHARED/tools/gpu-wheels.sh" > /dev/null
 python3 -m pip download -q "${platform[@]}" -d "$work/extra" jsonschema jsonschema-specifications referencing \
-  rpds-py "ray==2.60.0" "${SERVE_WHEELS[@]}"
+  rpds-py "ray==2.60.0" "${SERVE_WHEELS[@]}" pytest-xdist execnet
 python3 -m pip download -q "${platform[@]}" -d "$work/peer" allennlp==2.10.1 cached-path==1.1.6 lmdb dill base58 \
   more-itertools
 mkdir -p "$work/tree/site" "$work/tree/peer-site"

@@ -67,11 +67,11 @@ run_env() {
 }
 
 run_tests() {
-  python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_parity.py \
+  python3 -m pytest -q -n 0 -rs -p no:cacheprovider tests/test_gpu.py tests/test_parity.py \
     tests/test_precision.py::test_int8_on_cuda_pads_to_the_shapes_cublas_takes \
     tests/test_precision.py::test_int8_results_do_not_depend_on_batch_companions_on_cuda \
     tests/test_embed_ray.py::test_one_actor_per_gpu_writes_what_one_process_on_a_gpu_writes
-  python3 -m pytest -q -rs -p no:cacheprovider -m "not slow" tests/test_training.py
+  python3 -m pytest -q -n 0 -rs -p no:cacheprovider -m "not slow" tests/test_training.py
 }
 
 run_spacy_train() {
@@ -83,7 +83,7 @@ run_spacy_train() {
 
 run_ray() {
   [ -d "$PIPELINE" ] || full_size_pipeline || return 1
-  python3 -m pytest -q -p no:cacheprovider tests/test_embed_ray.py::test_one_actor_per_gpu_writes_what_one_process_on_a_gpu_writes
+  python3 -m pytest -q -n 0 -p no:cacheprovider tests/test_embed_ray.py::test_one_actor_per_gpu_writes_what_one_process_on_a_gpu_writes
   local text=.gpu/shared/data/corpus/valid.txt
   rm -rf "$WORK/embed-gpu" "$WORK/embed-ray"
   local started=$SECONDS
@@ -119,7 +119,7 @@ export PEER PIPELINE WORK
 for name in "$@"; do
   case $name in
     env) stage env 60 run_env ;;
-    gpu-tests) stage gpu-tests "${TESTS_SECONDS:-200}" python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py \
+    gpu-tests) stage gpu-tests "${TESTS_SECONDS:-200}" python3 -m pytest -q -n 0 -rs -p no:cacheprovider tests/test_gpu.py \
       ${GPU_TESTS:+-k "$GPU_TESTS"} ;;
     tests) stage tests "${TESTS_SECONDS:-200}" run_tests ;;
     profile) stage profile "${PROFILE_SECONDS:-150}" run_profile "${PROFILE_LABEL:-after}" ;;

@@ -4,8 +4,10 @@ test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, nev
 A script's smoke run is declared once, when its test module is imported (``smoke(...)``): its
 measuring runs in order, then its sections rendered again from the results alone. The session's
 ``bench_smokes`` fixture (tests/conftest.py) starts every declared smoke run at the first test that
-asks for one, two at a time: most of a run is one process importing spaCy and torch, so two side by
-side take little more than one. A test then waits for its own and checks what it wrote.
+asks for one, two at a time in a run of its own (most of a run is one process importing spaCy and
+torch, so two side by side take little more than one) and one at a time in a worker of a run side by
+side (tests/suite_plugin.py), whose other workers use the other cores already. A test then waits for
+its own and checks what it wrote.
 """
 
 from __future__ import annotations
@@ -102,9 +104,10 @@ def perform(declared: Smoke, output: Path) -> Outcome:
 
 
 class SmokeRuns:
-    """Every declared smoke run, started at once, two at a time, each in a folder under ``base``."""
+    """Every declared smoke run, started at once, each in a folder under ``base``."""
 
-    def __init__(self, base: Path, workers: int = 2) -> None:
+    def __init__(self, base: Path) -> None:
+        workers = 1 if "PYTEST_XDIST_WORKER" in os.environ else 2
         self.pool = ThreadPoolExecutor(max_workers=workers)
         self.started: Dict[str, Future] = {
             name: self.pool.submit(perform, declared, base / name) for name, declared in DECLARED.items()

@@ -13,6 +13,7 @@ SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 # here). The matrix's install into an empty venv is the one test that asks the index, on purpose.
 os.environ["PIP_NO_INDEX"] = "1"
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
+pytest_plugins = ["suite_plugin", "pytester"]  # suite_plugin: workers, threads, groups, the bound on a test
 
 
 def _require(path: Path) -> Path:

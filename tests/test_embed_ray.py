@@ -55,7 +55,7 @@ def test_a_two_node_cluster_writes_what_one_process_writes(tmp_path, pipeline, c
     assert_same_output(in_process, tmp_path / "out")
 
 
-BLOCKS = 200  # of 4 lines: time enough to kill a run midway
+BLOCKS = 50  # of 4 lines: time enough to kill a run midway (the driver is killed at its 5th)
 
 
 def embed_on_ray_until_5_blocks(tmp_path, pipeline_path):

@@ -265,7 +265,7 @@ def test_parity_invariance_and_precision_tests_pass_on_a_lesser_cpu(cap):
     if reason:
         pytest.skip(reason)
     env = {**with_this_checkout(), **SIMULATED_CPUS[cap]}
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider"]
     done = subprocess.run(
         [*command, "-k", NOT_KERNELS, *CAPPED_SUITES],
         capture_output=True,

@@ -3,6 +3,7 @@ engines: SIGTERM before the service answers stops it (exit 0, nothing admitted);
 it is ready drains it (exit 0); Ctrl-C stops it at once; nothing of it is left running after."""
 
 import signal
+import sys
 
 import pytest
 from served_process import Served, session_processes
@@ -53,3 +54,21 @@ def test_ctrl_c_stops_it_at_once(tiny_weights):
     finally:
         served.stop()
     assert "Drained" not in served.output and not session_processes(served.process.pid)
+
+
+def test_sigterm_while_ray_is_imported_stops_without_touching_ray(monkeypatch, tiny_weights):
+    """SIGTERM can land inside Ray's import (the service's handler raises ``Stopped`` there): the engine's
+    stop then leaves the module imported halfway alone, and the command stops as asked."""
+    import types
+
+    from spacy_elmo.serving import ray_engine, service
+    from spacy_elmo.serving.settings import ServeSettings
+
+    def stopped_midway():
+        monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))  # what a stopped import leaves
+        raise service.Stopped("SIGTERM before the service answered")
+
+    monkeypatch.setattr(ray_engine, "_import_ray", stopped_midway)
+    settings = ServeSettings(source=str(tiny_weights), engine="ray", threads=1)
+    with pytest.raises(service.Stopped):
+        service.run(settings, on_ready=print, on_drain=print, engine=ray_engine.RayEngine(settings))

@@ -112,6 +112,7 @@ class RayEngine:
     def __init__(self, settings: ServeSettings) -> None:
         self.settings = settings
         self.started_ray = False
+        self.ray: Any = None  # the module, once imported whole (SIGTERM may stop its import midway)
         self.processes_before: List[int] = []  # this process's children before Ray started here
 
     @property
@@ -126,7 +127,7 @@ class RayEngine:
         settings = self.settings
         if settings.ray_address is None:
             check_gpus_here(settings)
-        ray = _import_ray()
+        ray = self.ray = _import_ray()
         from ray import serve
 
         if not ray.is_initialized():
@@ -158,16 +159,19 @@ class RayEngine:
 
     def stop(self) -> None:
         """Stop the application, and Ray where it was started here, with every process it started:
-        Ray's agents outlive a raylet stopped while they start, until they notice (a minute)."""
-        import ray
-        from ray import serve
-
+        Ray's agents outlive a raylet stopped while they start, until they notice (a minute). Nothing
+        where SIGTERM came before Ray was imported (a module imported halfway cannot be used)."""
+        ray = self.ray
+        if ray is None:
+            return
         before = set(self.processes_before)
         started = [pid for pid in descendants(os.getpid()) if pid not in before] if self.started_ray else []
         with _without_lines(SHUTDOWN_NOISE):
             if self.started_ray:  # the application goes with the Ray it runs on: no graceful Serve stop to wait for
                 ray.shutdown()
             elif ray.is_initialized():
+                from ray import serve
+
                 serve.shutdown()
         if self.started_ray:
             end_processes(started, STOP_WAIT_S)

@@ -1,0 +1,126 @@
+"""How the suite shares the machine, and the bound that keeps it short (CONTRIBUTING.md, "The checks").
+
+- **Side by side.** The README's command runs the tests in pytest-xdist workers (``-n auto`` in
+  pyproject.toml: ``workers_for`` this machine). Many tests wait more than they compute (a process
+  importing torch, a server, Ray), so two workers on two cores finish in about half the time.
+- **Threads.** Each worker runs torch on ``cores // workers`` threads (at least one), and so do the
+  processes its tests start (``OMP_NUM_THREADS``): a thread per core in each of two workers would
+  ask for twice the cores, and OpenMP's threads spin while they wait for each other. A test about
+  threads sets the counts it is about itself.
+- **Groups.** A file's tests run in one worker, in order (its module fixtures are made once); the
+  files that start a local Ray cluster share one worker, as do the bench smokes, whose session
+  fixture starts every smoke run at once (tests/bench_runner.py).
+- **The bound.** A test whose own duration (setup, call and teardown) passes ``SLOWEST_TEST_S``,
+  the figure CONTRIBUTING.md states, fails: the next slow test is made cheaper, not added.
+- **Where the time goes.** ``--time-log PATH`` appends one row per test: its wall time (setup, call
+  and teardown) and the CPU time its worker and the processes it waited for spent in it
+  (``scripts/heaviest_tests.py PATH`` prints the table CONTRIBUTING.md keeps).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import time
+from pathlib import Path
+
+import pytest
+
+CONTRIBUTING = Path(__file__).resolve().parents[1] / "CONTRIBUTING.md"
+BOUND_SENTENCE = re.compile(r"No test may take longer\s+than\s+\*\*(\d+) s\*\*")
+SLOWEST_TEST_S = int(BOUND_SENTENCE.search(CONTRIBUTING.read_text(encoding="utf-8")).group(1))  # type: ignore[union-attr]
+
+# Files whose tests start a local Ray cluster: one at a time on the machine.
+RAY_FILES = {"test_serve_ray.py", "test_embed_ray.py", "test_serve_signals.py", "test_serve_gateway.py"}
+# The groups that take longest (minutes each on 2 cores of a Zen 3: CONTRIBUTING.md's table), longest first.
+LONGEST_FIRST = [
+    "ray",
+    "bench",
+    "test_training.py",
+    "test_packaging.py",
+    "test_project.py",
+    "test_bilm.py",
+    "test_hardening.py",
+]
+SPENT = pytest.StashKey[float]()
+
+
+def workers_for(cores: int) -> int:
+    """Workers for ``cores`` CPU cores: one per core, at most 8 (each imports torch and spaCy and
+    holds its own fixtures)."""
+    return max(1, min(cores, 8))
+
+
+def group_of(item: pytest.Item) -> str:
+    """The xdist group of a test: its file's, or the group its file shares with others."""
+    file = item.path.name
+    if file in RAY_FILES:
+        return "ray"
+    if file.startswith("test_bench_"):
+        return "bench"
+    return file
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--time-log", metavar="PATH", help="append each test phase's wall and CPU time to PATH (TSV)")
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the processes it has waited for."""
+    own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + waited.ru_utime + waited.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: object):
+    path = item.config.getoption("time_log")
+    started, cpu = time.perf_counter(), cpu_seconds()
+    yield
+    if path:
+        with open(path, "a", encoding="utf-8") as log:  # one short line per write: appends do not interleave
+            log.write(f"{item.nodeid}\t{time.perf_counter() - started:.2f}\t{cpu_seconds() - cpu:.2f}\n")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return workers_for(os.cpu_count() or 1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is not None:
+        threads = max(1, (os.cpu_count() or 1) // int(workers))
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+    elif getattr(config.option, "numprocesses", None):
+        # The controller imports a warning's module to show a warning a worker sent; imported there
+        # while a worker's report arrives, spacy_elmo's imports met their own module lock
+        # (importlib's _DeadlockError, seen with 3 workers): imported whole, here, first.
+        import spacy_elmo  # noqa: F401
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Each test in its group, the longest groups first: a worker takes the next group when it is
+    free, and a long group started last would leave the other workers idle at the end."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    items.sort(
+        key=lambda item: LONGEST_FIRST.index(group_of(item)) if group_of(item) in LONGEST_FIRST else len(LONGEST_FIRST)
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    spent = item.stash.get(SPENT, 0.0) + report.duration
+    item.stash[SPENT] = spent
+    if report.when == "teardown" and spent > SLOWEST_TEST_S and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {spent:.0f} s (setup, call and teardown): no test may take longer than "
+            f'{SLOWEST_TEST_S} s (CONTRIBUTING.md, "The checks"). Make it cheaper: share what it builds '
+            "through a fixture, or check in this process what needs no process of its own."
+        )
