@@ -7,6 +7,9 @@
   processes its tests start (``OMP_NUM_THREADS``): a thread per core in each of two workers would
   ask for twice the cores, and OpenMP's threads spin while they wait for each other. A test about
   threads sets the counts it is about itself.
+- **Ray's workers at the tests' priority.** Ray starts its workers at niceness 15, to leave the
+  CPU to its own daemons; beside another worker's tests they then got a few per cent of a core, and
+  a Ray test took minutes (``RAY_worker_niceness=0`` in each worker, for the clusters its tests start).
 - **Groups.** A file's tests run in one worker, in order (its module fixtures are made once); the
   files that start a local Ray cluster share one worker, as do the bench smokes, whose session
   fixture starts every smoke run at once (tests/bench_runner.py).
@@ -91,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workers is not None:
         threads = max(1, (os.cpu_count() or 1) // int(workers))
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["RAY_worker_niceness"] = "0"
         import torch
 
         torch.set_num_threads(threads)
