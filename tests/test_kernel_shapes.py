@@ -48,11 +48,8 @@ def test_int8_sums_run_at_bucket_sizes_and_return_the_rows_asked_for(monkeypatch
 
 
 _RUN_DOCS = """
-import sys
 import spacy
-import torch
 
-torch.set_num_threads(2)
 nlp = spacy.blank("en")
 nlp.add_pipe("elmo", config={{"weights": {weights!r}, "precision": {precision!r}}})
 nlp.initialize()
