@@ -191,7 +191,7 @@ def sigterm_with_requests_in_flight(served: Served, count: int = 6) -> list:
     with ThreadPoolExecutor(count) as pool:
         in_flight = [pool.submit(httpx.post, f"{served.url}/embed", json=body, timeout=120) for _ in range(count)]
         admitted = "spacy_elmo_requests_in_service"
-        # 120 s: on 2 busy cores (the suite's other worker) Ray's proxy took over 60 s to admit 6
+        # 120 s: with the suite's other worker busy on the same cores, Ray's proxy admits them slowly
         in_service = wait_for(lambda: samples_of(httpx.get(f"{served.url}/metrics").text, admitted) >= count, 120)
         assert in_service, f"{count} requests were not all in the service within 120 s: {served.output[-2000:]}"
         served.process.send_signal(signal.SIGTERM)

@@ -2,14 +2,14 @@
 
 - **Side by side.** The README's command runs the tests in pytest-xdist workers (``-n auto`` in
   pyproject.toml: ``workers_for`` this machine). Many tests wait more than they compute (a process
-  importing torch, a server, Ray), so two workers on two cores finish in about half the time.
+  importing torch, a server, Ray), so a second worker uses what the first leaves idle.
 - **Threads.** Each worker runs torch on ``cores // workers`` threads (at least one), and so do the
   processes its tests start (``OMP_NUM_THREADS``): a thread per core in each of two workers would
   ask for twice the cores, and OpenMP's threads spin while they wait for each other. A test about
   threads sets the counts it is about itself.
 - **Ray's workers at the tests' priority.** Ray starts its workers at niceness 15, to leave the
-  CPU to its own daemons; beside another worker's tests they then got a few per cent of a core, and
-  a Ray test took minutes (``RAY_worker_niceness=0`` in each worker, for the clusters its tests start).
+  CPU to its own daemons; beside another worker's tests they would get a few per cent of a core
+  (``RAY_worker_niceness=0`` in each worker, for the clusters its tests start).
 - **Groups.** A file's tests run in one worker, in order (its module fixtures are made once); the
   files that start a local Ray cluster share one worker, as do the bench smokes, whose session
   fixture starts every smoke run at once (tests/bench_runner.py).
@@ -36,7 +36,7 @@ SLOWEST_TEST_S = int(BOUND_SENTENCE.search(CONTRIBUTING.read_text(encoding="utf-
 
 # Files whose tests start a local Ray cluster: one at a time on the machine.
 RAY_FILES = {"test_serve_ray.py", "test_embed_ray.py", "test_serve_signals.py", "test_serve_gateway.py"}
-# The groups that take longest (minutes each on 2 cores of a Zen 3: CONTRIBUTING.md's table), longest first.
+# The groups that take longest (CONTRIBUTING.md's table), longest first.
 LONGEST_FIRST = [
     "ray",
     "bench",
