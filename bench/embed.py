@@ -294,7 +294,7 @@ def on_gpu(args, pipeline: Path, source: Path) -> Dict:
     }
     processes = timed_in_turn(calls, repeats=2, warmup=0)
     rows = []
-    for round_, (embed_result, pipe_result) in enumerate(zip(embedded, piped)):
+    for round_, (embed_result, pipe_result) in enumerate(zip(embedded, piped, strict=True)):
         ours = summarize("embed --gpu-id", embed_result, 1)
         row = {
             "round": round_,

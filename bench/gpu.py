@@ -740,11 +740,13 @@ def placements(docs: list, segments: list, layers: list) -> Dict[str, Callable[[
         sizes = [SHAPE[0] * len(doc) * SHAPE[1] for doc in docs]
         buffer = np.empty(sum(sizes), dtype=np.float32)
         ends = np.cumsum(sizes)
-        kept.append([buffer[end - size : end].reshape(SHAPE[0], -1, SHAPE[1]) for end, size in zip(ends, sizes)])
+        kept.append(
+            [buffer[end - size : end].reshape(SHAPE[0], -1, SHAPE[1]) for end, size in zip(ends, sizes, strict=True)]
+        )
         return kept[-1]
 
     def place(outputs: list, source: list = layers) -> list:
-        for segment, sentence_layers in zip(segments, source):
+        for segment, sentence_layers in zip(segments, source, strict=True):
             sentence_runs._place(outputs, segment, sentence_layers)
         return outputs
 

@@ -314,7 +314,7 @@ def plot(report: dict, name: str) -> None:
         ratios = [r["ratio"] for r in rows]
         bars = ax.bar(labels, ratios, color=["#1f77b4" if r >= 1 else "#d62728" for r in ratios])
         ax.axhline(1.0, color="#444444", linewidth=1)
-        for bar, ratio in zip(bars, ratios):
+        for bar, ratio in zip(bars, ratios, strict=True):
             ax.text(bar.get_x() + bar.get_width() / 2, ratio, f"{ratio:.2f}x", ha="center", va="bottom", fontsize=8)
         ax.set_ylabel("words/s of ours / words/s of AllenNLP")
     else:  # ours alone: its words/s

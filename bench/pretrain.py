@@ -579,7 +579,7 @@ def plot_sweep(report: Dict[str, Any]) -> None:
     results = report["candidates"]
     fig, ax = plt.subplots(figsize=(9, 5))
     for result in sorted(results, key=lambda r: r["test"]):
-        minutes, ppl = zip(*result["dev_curve"])
+        minutes, ppl = zip(*result["dev_curve"], strict=True)
         ax.plot(minutes, ppl, marker="o", markersize=3, label=f"{result['name']} (test {result['test']:.0f})")
     ax.axhline(results[0]["unigram_test"], color="#888888", linestyle="--", label="unigram model (test)")
     where = report["machine"].split(";")[0] + ")"  # the CPU and its cores

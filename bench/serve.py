@@ -339,7 +339,7 @@ def service_round(service: Service, script: Path, clients: int, seconds: float) 
     summary = run_wrk(service.url, script, clients, seconds)
     after, batches_after = service.cpu_seconds(), service.batches()
     summary["cpu"] = cpu_per_request(after, before, summary["requests"])
-    summary["batches"] = [a - b for a, b in zip(batches_after, batches_before)]
+    summary["batches"] = [a - b for a, b in zip(batches_after, batches_before, strict=True)]
     return summary
 
 
@@ -385,7 +385,7 @@ def service_figures(served: List[dict], alone: List[dict], clients: int) -> dict
         "wrk_cpu_ms_per_request": round(sum(s["wrk_cpu_s"] for s in served) * 1000 / max(requests, 1), 3),
     }
     if clients == 1:
-        above = [s["p50_us"] / 1000 - a["p50_ms"] for s, a in zip(served, alone)]
+        above = [s["p50_us"] / 1000 - a["p50_ms"] for s, a in zip(served, alone, strict=True)]
         row["p50_above_nlp_ms"] = round(median(above), 2)
     return row
 
@@ -494,7 +494,7 @@ def plot(report: dict, path: Path) -> None:
 
     models = list(report["models"])
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 3.8 * len(models)), squeeze=False)
-    for (left, right), name in zip(axes, models):
+    for (left, right), name in zip(axes, models, strict=True):
         rows = report["models"][name]["rows"]
         for engine, route in dict.fromkeys((r["engine"], r["route"]) for r in rows if r.get("sentences_per_s")):
             cell = [r for r in rows if (r["engine"], r["route"]) == (engine, route)]

@@ -140,7 +140,7 @@ def upos_corpus(tmp_path_factory) -> Path:
     for text, tags in sentences * 20:
         words = text.split()
         doc = Doc(vocab, words=words, sent_starts=[True] + [False] * (len(words) - 1))
-        for token, tag in zip(doc, tags.split()):
+        for token, tag in zip(doc, tags.split(), strict=True):
             token.tag_ = tag
         docs.append(doc)
     path = tmp_path_factory.mktemp("corpus") / "upos.spacy"

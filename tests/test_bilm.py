@@ -37,7 +37,7 @@ SENTENCES = [
 def test_every_layer_matches_plain_reference(seeded, overrides):
     bilm = random_bilm(**overrides)
     reference = ReferenceBiLM(bilm)
-    for sentence, layers in zip(SENTENCES, embed_sentences(bilm, SENTENCES)):
+    for sentence, layers in zip(SENTENCES, embed_sentences(bilm, SENTENCES), strict=True):
         expected, _ = reference.embed(sentence)
         assert layers.shape == (bilm.config.n_layers + 1, len(sentence), bilm.config.output_dim)
         assert layers.dtype == np.float32
@@ -203,7 +203,7 @@ def test_other_blockings_agree_to_rounding(seeded):
         bilm, blocking=Blocking(step_columns=16, step_lanes=8, gemm_rows=128, token_block=32, token_block_any_rows=32)
     )
     changed = embed_sentences(runner, sentences, max_batch_tokens=200)
-    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed))
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(baseline, changed, strict=True))
 
 
 def test_token_blocks_of_any_size_give_the_same_bits_where_rows_do_not_depend_on_the_count(seeded, kernels):
@@ -267,7 +267,7 @@ def test_onednn_and_fixed_shapes_agree_to_rounding(seeded, monkeypatch):
     fixed = embed_sentences(runner, sentences)
     assert runner.backend.route is Route.FIXED_SHAPES
     assert not calls
-    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(through_onednn, fixed))
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(through_onednn, fixed, strict=True))
 
 
 def test_empty_inputs():

@@ -128,10 +128,10 @@ def test_pipe_batching_and_processes_match_one_by_one(nlp):
     single = [nlp(text) for text in texts]
     batched = list(nlp.pipe(texts, batch_size=4))
     forked = list(nlp.pipe(texts, batch_size=2, n_process=2))
-    for one, two, three in zip(single, batched, forked):
+    for one, two, three in zip(single, batched, forked, strict=True):
         assert np.array_equal(one._.elmo_data, two._.elmo_data)
         assert np.array_equal(one._.elmo_data, three._.elmo_data)
-        for token_a, token_b in zip(one, three):
+        for token_a, token_b in zip(one, three, strict=True):
             assert np.array_equal(token_a.vector, token_b.vector)
 
 
@@ -398,6 +398,6 @@ def test_float16_layers_come_as_the_float32_ones_rounded(tiny_weights):
     exact = [doc._.elmo_data for doc in make_nlp(tiny_weights, set_vector_hooks=False).pipe(texts)]
     nlp = make_nlp(tiny_weights, set_vector_hooks=False, store_dtype="float16")
     assert nlp.get_pipe("elmo").predict([nlp.make_doc(texts[0])])[0].dtype == np.float16
-    for doc, layers in zip(nlp.pipe(texts), exact):
+    for doc, layers in zip(nlp.pipe(texts), exact, strict=True):
         assert doc._.elmo_data.dtype == np.float16
         assert np.array_equal(doc._.elmo_data.view(np.uint16), layers.astype(np.float16).view(np.uint16))

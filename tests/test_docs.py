@@ -236,7 +236,7 @@ def installed_gives_the_source_vectors(scratch: Path) -> None:
     ours, theirs = installed(text), source(text)
     assert Path(installed.path).is_relative_to(scratch / INSTALLED)
     assert np.array_equal(ours._.elmo_data, theirs._.elmo_data)
-    assert all(np.array_equal(a.vector, b.vector) for a, b in zip(ours, theirs))
+    assert all(np.array_equal(a.vector, b.vector) for a, b in zip(ours, theirs, strict=True))
     assert all(token.tag_ for token in ours), "the trained tagger tags"
     assert elmo_component_names("en_upos_elmo") == ["elmo"], "found by the installed package's name"
 

@@ -73,7 +73,7 @@ def registered(server, monkeypatch):
 
 
 def assert_same_layers(a, b):
-    for x, y in zip(embed_sentences(a, SENTENCES), embed_sentences(b, SENTENCES)):
+    for x, y in zip(embed_sentences(a, SENTENCES), embed_sentences(b, SENTENCES), strict=True):
         np.testing.assert_array_equal(x, y)
 
 
@@ -292,7 +292,7 @@ def test_offline_one_error_lists_every_file_and_placing_them_is_enough(cache, tm
         assert (
             f"(sha256 {entry.files[1].sha256}, {len(weights):,} bytes)" in message and "--options file:///" in message
         )
-        for remote, path in zip(entry.files, ("/elmo/options.json", "/elmo/weights.hdf5")):
+        for remote, path in zip(entry.files, ("/elmo/options.json", "/elmo/weights.hdf5"), strict=True):
             cached_path(remote).parent.mkdir(parents=True, exist_ok=True)
             cached_path(remote).write_bytes(original_files[path])
         assert_same_layers(load_bilm(download_model("offline-elmo", tmp_path / "bilm", progress=False)), fixture_bilm)

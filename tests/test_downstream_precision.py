@@ -58,7 +58,10 @@ def test_the_precision_reaches_the_sourced_component_only_through_the_pipeline(
     source, copy = spacy.load(tiny_elmo_pipeline), spacy.load(int8)
     assert source.get_pipe("elmo").settings.precision == "fp32", "the source pipeline is left as it was"
     weights = [p.detach().numpy() for p in source.get_pipe("elmo").bilm.parameters()]
-    assert all(np.array_equal(a, b.detach().numpy()) for a, b in zip(weights, copy.get_pipe("elmo").bilm.parameters()))
+    assert all(
+        np.array_equal(a, b.detach().numpy())
+        for a, b in zip(weights, copy.get_pipe("elmo").bilm.parameters(), strict=True)
+    )
     assert copy.get_pipe("elmo").settings.sentence_cache_tokens == 10000, "the other settings are kept"
 
 

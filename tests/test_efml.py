@@ -126,7 +126,7 @@ def test_every_layer_matches_their_embedder(efml_model, theirs, tmp_path):
     save_bilm(ours, tmp_path / "native")
     reloaded = load_bilm(tmp_path / "native")
     for model in (ours, reloaded):
-        for sentence, want, got in zip(SENTENCES, theirs, embed_sentences(model, SENTENCES)):
+        for sentence, want, got in zip(SENTENCES, theirs, embed_sentences(model, SENTENCES), strict=True):
             assert got.shape == want.shape == (3, len(sentence), 16)
             np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
     assert np.isclose(np.abs(theirs[0][1]), PROJ_CLIP).any(), "the test model should exercise projection clipping"
@@ -171,7 +171,7 @@ def test_conversion_details_matter(efml_model, theirs, alter):
     bilm = import_efml(efml_model)
     with torch.no_grad():
         alter(bilm)
-    error = max(np.abs(got - want).max() for got, want in zip(embed_sentences(bilm, SENTENCES), theirs))
+    error = max(np.abs(got - want).max() for got, want in zip(embed_sentences(bilm, SENTENCES), theirs, strict=True))
     assert error > 1e-3
 
 
@@ -192,7 +192,7 @@ def test_a_sentence_does_not_depend_on_its_batch(efml_model):
     bilm = import_efml(efml_model)
     alone = [embed_sentences(bilm, [sentence])[0] for sentence in SENTENCES]
     together = embed_sentences(bilm, SENTENCES[::-1])[::-1]
-    for a, b in zip(alone, together):
+    for a, b in zip(alone, together, strict=True):
         assert np.array_equal(a, b)
 
 

@@ -101,8 +101,8 @@ def test_a_graph_replays_the_bits_of_the_kernels_launched_one_by_one(precision):
     graphs = runner.call_graphs
     assert graphs.failed is None
     assert max(graphs.sizes()) >= sum(len(s) + 2 for s in corpus), "the call of 300 sentences replays a graph"
-    for eager, replayed in zip(launched[False], launched[True]):
-        for a, b in zip(eager, replayed):
+    for eager, replayed in zip(launched[False], launched[True], strict=True):
+        for a, b in zip(eager, replayed, strict=True):
             assert np.array_equal(a, b)
 
 
@@ -114,7 +114,7 @@ def test_gpu_matches_cpu_within_the_promise_on_real_text_in_fp32():
     sentences = _corpus_sentences(64)
     on_cpu = embed_sentences(bilm, sentences)
     on_gpu = embed_sentences(bilm.cuda(), sentences)
-    worst = max(float(np.abs(a - b).max()) for a, b in zip(on_cpu, on_gpu))
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(on_cpu, on_gpu, strict=True))
     assert worst < promised("gpu-cpu"), worst
 
 
@@ -129,8 +129,8 @@ def test_stateful_calls_on_gpu_carry_the_state_as_on_cpu():
     runner = runner.with_settings()
     assert runner.backend.device.type == "cuda" and runner.carried_state is None
     on_gpu = [embed_sentences(runner, call, stateful=True) for call in calls]
-    for cpu_call, gpu_call in zip(on_cpu, on_gpu):
-        for a, b in zip(cpu_call, gpu_call):
+    for cpu_call, gpu_call in zip(on_cpu, on_gpu, strict=True):
+        for a, b in zip(cpu_call, gpu_call, strict=True):
             np.testing.assert_allclose(b, a, rtol=0, atol=promised("gpu-cpu"))
 
 
@@ -180,7 +180,7 @@ def test_float16_layers_cast_on_the_gpu_are_the_float32_ones_rounded(tiny_weight
     texts = [" ".join(sentence) for sentence in _corpus_sentences(40) if sentence]
     exact = [doc._.elmo_data for doc in make_nlp(tiny_weights, set_vector_hooks=False).pipe(texts)]
     halves = list(make_nlp(tiny_weights, set_vector_hooks=False, store_dtype="float16").pipe(texts))
-    for doc, layers in zip(halves, exact):
+    for doc, layers in zip(halves, exact, strict=True):
         assert doc._.elmo_data.dtype == np.float16
         assert np.array_equal(doc._.elmo_data.view(np.uint16), layers.astype(np.float16).view(np.uint16))
 
@@ -208,7 +208,7 @@ def test_a_warm_call_queues_its_batches_without_waiting_for_the_gpu(tiny_weights
         torch.cuda.set_sync_debug_mode("default")
     spacy.require_cpu()
     on_cpu = make_nlp(tiny_weights, max_batch_tokens=64).get_pipe("elmo").predict(docs)
-    for gpu_layers, cpu_layers in zip(layers, on_cpu):
+    for gpu_layers, cpu_layers in zip(layers, on_cpu, strict=True):
         np.testing.assert_allclose(gpu_layers, cpu_layers, rtol=0, atol=promised("gpu-cpu"))
 
 

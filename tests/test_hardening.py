@@ -101,7 +101,7 @@ def test_threads_give_the_sequential_vectors(nlp):
         thread.start()
     for thread in threads:
         thread.join()
-    assert all(np.array_equal(a, b) for a, b in zip(sequential, results))
+    assert all(np.array_equal(a, b) for a, b in zip(sequential, results, strict=True))
 
 
 def test_threads_on_pipelines_never_run_give_the_sequential_vectors(tiny_elmo_pipeline):

@@ -130,7 +130,7 @@ def test_docs_from_worker_processes_carry_their_vectors(tiny_weights, store, cap
     nlp = make_nlp(tiny_weights, store=store)
     texts = [TEXT, "Short.", "Another sentence with a bank in it."]
     single = [nlp(text) for text in texts]
-    for one, forked in zip(single, nlp.pipe(texts, n_process=2)):
+    for one, forked in zip(single, nlp.pipe(texts, n_process=2), strict=True):
         np.testing.assert_array_equal(forked[1]._.elmo, one[1]._.elmo)
         np.testing.assert_array_equal(forked._.elmo, one._.elmo)
         install_vector_hooks(forked)

@@ -1,5 +1,7 @@
 """The learning rate over a run's budget (spacy_elmo.training.loop.schedule) and the settings that drive it."""
 
+from itertools import pairwise
+
 import pytest
 import typer
 
@@ -11,8 +13,8 @@ def test_warmup_cosine_rises_over_the_warmup_then_falls_to_the_final_fraction():
     rates = [scheduled_lr("warmup-cosine", 0.01, spent / 100, warmup=0.1, final=0.2) for spent in range(101)]
     assert rates[0] == 0.0
     assert rates[10] == pytest.approx(0.01)
-    assert all(a < b for a, b in zip(rates[:10], rates[1:11])), "rises through the warm-up"
-    assert all(a > b for a, b in zip(rates[10:], rates[11:])), "falls after it"
+    assert all(a < b for a, b in pairwise(rates[:11])), "rises through the warm-up"
+    assert all(a > b for a, b in pairwise(rates[10:])), "falls after it"
     assert rates[55] == pytest.approx(0.01 * (0.2 + 0.8 * 0.5)), "half way through the decay: half way down"
     assert rates[100] == pytest.approx(0.002)
 

@@ -145,7 +145,7 @@ def test_every_exact_int8_kernel_here_gives_the_same_layers():
         runner.token_cache.clear()
         layers.append(embed_sentences(runner, SENTENCES))
     for other in layers[1:]:
-        assert all(np.array_equal(a, b) for a, b in zip(layers[0], other))
+        assert all(np.array_equal(a, b) for a, b in zip(layers[0], other, strict=True))
 
 
 def test_a_fallback_warns_once_naming_the_feature_and_the_alternative(simulated_cpu):

@@ -98,7 +98,7 @@ def test_an_nlpl_zip_by_name_matches_the_original_biLM(served, fixture_dir, fixt
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": "nlpl-test"})
     nlp.initialize()
-    for stream, (sentence, layers) in enumerate(zip(firsts, embedded)):
+    for stream, (sentence, layers) in enumerate(zip(firsts, embedded, strict=True)):
         expected = reference_top_layer(fixture_dir, stream, 0)
         assert np.abs(as_directions(layers) - expected).max() < TOLERANCE
         doc = nlp(spacy.tokens.Doc(nlp.vocab, words=sentence))
@@ -109,7 +109,7 @@ def test_an_nlpl_zip_by_name_matches_the_original_biLM(served, fixture_dir, fixt
 def test_an_efml_zip_by_name(served, tmp_path):
     lines = ["cat abc", "a b c cat"]
     expected = embed_sentences(import_efml(served["efml"]), [line.split() for line in lines])
-    for got, want in zip(run_embed(tmp_path, lines, "--weights", "efml-test"), expected):
+    for got, want in zip(run_embed(tmp_path, lines, "--weights", "efml-test"), expected, strict=True):
         np.testing.assert_allclose(got, want, atol=TOLERANCE, rtol=0)
     nlp = spacy.blank("xx")
     nlp.add_pipe("elmo", config={"weights": "efml-test"})

@@ -57,10 +57,10 @@ def assert_close(got, want, dtype):
 def test_vectors_and_similarity_in_every_store(tiny_weights, reference, store, dtype):
     doc = make_nlp(tiny_weights, store=store, store_dtype=dtype)(TEXT)
     assert [t.has_vector for t in doc] == [t.has_vector for t in reference]
-    for token, want in zip(doc, reference):
+    for token, want in zip(doc, reference, strict=True):
         assert_close(token._.elmo, want._.elmo, dtype)
         assert_close(token.vector, want.vector, dtype)
-    for sentence, want in zip(doc.sents, reference.sents):
+    for sentence, want in zip(doc.sents, reference.sents, strict=True):
         assert_close(sentence._.elmo, want._.elmo, dtype)
         assert_close(sentence.vector, want.vector, dtype)
     assert_close(doc._.elmo, reference._.elmo, dtype)

@@ -101,10 +101,10 @@ def test_each_shipped_config_scores_only_what_it_trains(tiny_weights, tmp_path):
         assert scored == trained[name.split("-")[0]], (name, weights)
     nlp = spacy.blank("en")
     gold = nlp.make_doc("The cat sat")
-    for token, tag in zip(gold, ("DET", "NOUN", "VERB")):
+    for token, tag in zip(gold, ("DET", "NOUN", "VERB"), strict=True):
         token.tag_ = tag
     predicted = nlp.make_doc("The cat sat")
-    for token, tag in zip(predicted, ("DET", "VERB", "VERB")):
+    for token, tag in zip(predicted, ("DET", "VERB", "VERB"), strict=True):
         token.tag_ = tag
     assert make_upos_scorer()([Example(predicted, gold)]) == {"upos_acc": 2 / 3}
 

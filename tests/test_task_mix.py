@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ def train_to_match_layer(l2, steps=300, target_layer=2, scale=2.0):
     optimizer = Adam(0.05)
     for _ in range(steps):
         outputs, backprop = model.begin_update(docs)
-        backprop([(y - scale * d._.elmo_data[target_layer]) / y.shape[1] for y, d in zip(outputs, docs)])
+        backprop([(y - scale * d._.elmo_data[target_layer]) / y.shape[1] for y, d in zip(outputs, docs, strict=True)])
         model.finish_update(optimizer)
     return model
 
@@ -51,7 +52,7 @@ def test_l2_on_s_pulls_towards_the_plain_average():
     lambdas = (0.001, 0.1, 1.0, 10.0)
     distance = [np.abs(mix_weights(train_to_match_layer(l2=l2))[0] - uniform).max() for l2 in lambdas]
     assert distance[0] > 0.5, "a small lambda lets the weights move"
-    assert all(a > b for a, b in zip(distance, distance[1:])), f"a larger lambda pulls harder: {distance}"
+    assert all(a > b for a, b in pairwise(distance)), f"a larger lambda pulls harder: {distance}"
     assert distance[2] < distance[0] / 2, "lambda = 1 keeps them much nearer the plain average"
     model = TaskMix(width=8, n_layers=3, dropout=0.0, l2=0.3)
     model.initialize()
@@ -75,7 +76,9 @@ def test_gradients_match_finite_differences():
         outputs, _ = model.begin_update(docs)
         s = model.get_param("s").astype("float64")
         n_tokens = sum(len(d) for d in docs)
-        return sum(float((y * g).sum()) for y, g in zip(outputs, directions)) + 0.01 * n_tokens * float((s * s).sum())
+        return sum(float((y * g).sum()) for y, g in zip(outputs, directions, strict=True)) + 0.01 * n_tokens * float(
+            (s * s).sum()
+        )
 
     outputs, backprop = model.begin_update(docs)
     backprop([g.astype("float32") for g in directions])
@@ -100,7 +103,7 @@ def test_dropout_only_when_training():
     predicted = model.predict(docs)
     trained, _ = model.begin_update(docs)
     expected = [d._.elmo_data.mean(axis=0) for d in docs]
-    assert all(np.allclose(p, e, atol=1e-6) for p, e in zip(predicted, expected))
+    assert all(np.allclose(p, e, atol=1e-6) for p, e in zip(predicted, expected, strict=True))
     zeros = sum(int((t == 0).sum()) for t in trained) / sum(t.size for t in trained)
     assert 0.35 < zeros < 0.65
 
@@ -173,7 +176,7 @@ def test_the_mix_takes_its_sizes_from_the_docs(tiny_weights):
     on_first_pass.initialize()
     assert not on_first_pass.has_dim("nO")
     for model in (at_init, on_first_pass):
-        assert all(np.allclose(y, e, atol=1e-6) for y, e in zip(model.predict(docs), expected))
+        assert all(np.allclose(y, e, atol=1e-6) for y, e in zip(model.predict(docs), expected, strict=True))
     assert on_first_pass.get_param("s").shape == (3,)
     embed = ElmoEmbed(MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False), TaskMix(), 16)
     embed.initialize(X=docs)

@@ -27,7 +27,7 @@ def test_layers_are_the_same_with_one_thread_and_with_two():
         two = embed_sentences(runner, SENTENCES)
     finally:
         torch.set_num_threads(threads)
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -66,7 +66,7 @@ def test_cached_results_are_bitwise_identical():
     cold = embed_sentences(runner, SENTENCES)
     warm = embed_sentences(runner, SENTENCES[::-1])[::-1]
     assert runner.token_cache.hits > 0
-    for a, b, c in zip(without, cold, warm):
+    for a, b, c in zip(without, cold, warm, strict=True):
         assert np.array_equal(a, b) and np.array_equal(a, c)
 
 
@@ -80,7 +80,7 @@ def test_cache_follows_weight_changes():
     runner.token_cache = TokenCache(capacity=0)
     fresh = embed_sentences(runner, SENTENCES)
     assert not np.allclose(before[0][0], after[0][0])
-    assert all(np.array_equal(a, b) for a, b in zip(after, fresh))
+    assert all(np.array_equal(a, b) for a, b in zip(after, fresh, strict=True))
 
 
 def test_shrinking_the_capacity_empties_the_cache():

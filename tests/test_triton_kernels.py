@@ -146,7 +146,7 @@ def test_the_bilm_through_the_kernels_agrees_with_the_cpus():
     bilm = micro_bilm()
     expected = embed_sentences(bilm, BATCH)
     got = embed_sentences(on_triton(bilm), BATCH)
-    for a, b in zip(expected, got):
+    for a, b in zip(expected, got, strict=True):
         assert a.shape == b.shape
         if a.size:
             assert float(np.abs(a - b).max()) < 5e-7
@@ -193,7 +193,7 @@ def test_bf16_through_the_kernels_stays_within_bf16s_error():
     bilm = micro_bilm(n_layers=1)
     expected = embed_sentences(bilm, BATCH[:2])
     got = embed_sentences(on_triton(bilm, "bf16"), BATCH[:2])
-    worst = max(float(np.abs(a - b).max()) for a, b in zip(expected, got))
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(expected, got, strict=True))
     assert 1e-4 < worst < 2e-2, "bf16's rounding shows, within its error"
 
 
@@ -204,8 +204,8 @@ def test_stateful_calls_carry_the_state_through_the_kernels():
     expected = [embed_sentences(runner, call, stateful=True) for call in calls]
     reset_state(runner)
     on_triton(runner)
-    for call, wanted in zip(calls, expected):
-        for a, b in zip(wanted, embed_sentences(runner, call, stateful=True)):
+    for call, wanted in zip(calls, expected, strict=True):
+        for a, b in zip(wanted, embed_sentences(runner, call, stateful=True), strict=True):
             np.testing.assert_allclose(b, a, rtol=0, atol=5e-7)
 
 

@@ -19,7 +19,7 @@ def test_native_round_trip_is_exact(tmp_path, seeded):
     assert loaded.config == bilm.config and not loaded.training
     for name, tensor in bilm.state_dict().items():
         assert torch.equal(tensor, loaded.state_dict()[name]), name
-    for a, b in zip(embed_sentences(bilm, SENTENCES), embed_sentences(loaded, SENTENCES)):
+    for a, b in zip(embed_sentences(bilm, SENTENCES), embed_sentences(loaded, SENTENCES), strict=True):
         assert np.array_equal(a, b)
     assert load_bilm(tmp_path / "model" / WEIGHTS_FILE).config == bilm.config
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [CONFIG_FILE, WEIGHTS_FILE]
@@ -29,7 +29,7 @@ def test_converted_original_round_trips(tmp_path, fixture_bilm, fixture_sentence
     save_bilm(fixture_bilm, tmp_path / "converted")
     loaded = load_bilm(tmp_path / "converted")
     batch = fixture_sentences[1][:3]
-    for a, b in zip(embed_sentences(fixture_bilm, batch), embed_sentences(loaded, batch)):
+    for a, b in zip(embed_sentences(fixture_bilm, batch), embed_sentences(loaded, batch), strict=True):
         assert np.array_equal(a, b)
 
 
@@ -201,7 +201,7 @@ def test_table_model_round_trip(tmp_path, seeded):
     assert loaded.indexer == bilm.indexer and loaded.config == bilm.config
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [CONFIG_FILE, WEIGHTS_FILE, VOCABULARY_FILE]
     sentences = [["a😀", "cat", "\ud800x"], ["é\t", '"\\"']]
-    for a, b in zip(embed_sentences(bilm, sentences), embed_sentences(loaded, sentences)):
+    for a, b in zip(embed_sentences(bilm, sentences), embed_sentences(loaded, sentences), strict=True):
         assert np.array_equal(a, b)
     save_bilm(random_bilm(), tmp_path / "model")  # a byte model saved over it drops the stale vocabulary
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [CONFIG_FILE, WEIGHTS_FILE]

@@ -254,7 +254,7 @@ def main(
     if source:
         splits = split_by_document(source, output, tuple(float(f) for f in split.split(",")), seed)
     else:
-        splits = {name: files for name, files in zip(SPLITS, (train, dev, test)) if files}
+        splits = {name: files for name, files in zip(SPLITS, (train, dev, test), strict=True) if files}
     if "train" not in splits:
         raise typer.BadParameter("give --train files (and --dev/--test), or --source to split.")
     manifest = prepare_corpus(output, splits, pipeline, shard_size, max_sentence_length)

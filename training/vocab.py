@@ -64,7 +64,7 @@ class Vocabulary:
         )
 
     def save(self, path: Path) -> None:
-        text = "".join(f"{w}\t{c}\n" for w, c in zip(self.words, self.counts))
+        text = "".join(f"{w}\t{c}\n" for w, c in zip(self.words, self.counts, strict=True))
         atomic_write_text(path, text)
 
     @classmethod

@@ -108,7 +108,7 @@ class BlockEmbedder:
 
     def _embed(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         figures = []
-        for values in zip(*batch.values()):
-            block = Block(**{key: _plain(value) for key, value in zip(batch, values)})
+        for values in zip(*batch.values(), strict=True):
+            block = Block(**{key: _plain(value) for key, value in zip(batch, values, strict=True)})
             figures.append({**embed_block(self.nlp, block, self.output, self.settings), "node": self.node})
         return {key: np.array([f[key] for f in figures]) for key in figures[0]}

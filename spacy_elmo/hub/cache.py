@@ -239,7 +239,7 @@ def _convert_into(
     bilm = build()
     files = [
         {"url": r.url, "file": r.filename, "sha256": recorded_sha256(p), "bytes": p.stat().st_size}
-        for r, p in zip(remotes, paths)
+        for r, p in zip(remotes, paths, strict=True)
     ]
     return _save_converted(target, bilm, {**provenance, "files": files})
 

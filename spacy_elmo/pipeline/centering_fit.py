@@ -39,7 +39,7 @@ def estimate(docs: Sequence[Doc], layers: Sequence[np.ndarray], mix: MixSettings
     """The centring of the mixed vectors of ``docs``, whose layers (L+1, n, 2P) are ``layers``."""
     vectors = [
         mix_layers(layers_of_doc, mix)[[not token.is_space for token in doc]]
-        for doc, layers_of_doc in zip(docs, layers)
+        for doc, layers_of_doc in zip(docs, layers, strict=True)
     ]
     return Centering.estimate(np.concatenate(vectors), remove_directions)
 

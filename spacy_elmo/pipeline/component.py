@@ -214,7 +214,7 @@ class Elmo(TrainablePipe):
     def set_annotations(self, docs: Iterable[Doc], layers: Sequence[np.ndarray]) -> None:
         """Keep each doc's layers (L+1, n, 2P) as the store settings say (see ``storage``)."""
         mix, hooks, centering = self.mix, self.settings.set_vector_hooks, self.centering
-        for doc, layers_of_doc in zip(docs, layers):
+        for doc, layers_of_doc in zip(docs, layers, strict=True):
             self.settings.storage.keep(doc, layers_of_doc, mix, with_tensor=hooks)
             doc._.elmo_centering = centering.as_doc_value() if centering is not None else None
             if hooks:

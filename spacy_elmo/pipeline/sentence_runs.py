@@ -68,7 +68,7 @@ def _store(
     layers: List[np.ndarray],
 ) -> None:
     """A batch's layers (one array per sentence of ``sentences``) into the cache and the docs."""
-    for index, sentence_layers in zip(sentences, layers):
+    for index, sentence_layers in zip(sentences, layers, strict=True):
         cache.put(words[index], sentence_layers)
         _place(outputs, segments[index], sentence_layers)
 

@@ -131,12 +131,12 @@ def _mix_forward(
     averaged = [ops.xp.tensordot(weights, h, axes=1) for h in layers]  # (n, width) before gamma
     rate = model.attrs["dropout"] if is_train else 0.0
     masks = [ops.get_dropout_mask(a.shape, rate) if rate else None for a in averaged]
-    outputs = [gamma[0] * a * (m if m is not None else 1.0) for a, m in zip(averaged, masks)]
+    outputs = [gamma[0] * a * (m if m is not None else 1.0) for a, m in zip(averaged, masks, strict=True)]
 
     def backprop(d_outputs: List[Floats2d]) -> List[Doc]:
         d_weights = ops.alloc1f(weights.shape[0])
         d_gamma = 0.0
-        for h, a, m, d_y in zip(layers, averaged, masks, d_outputs):
+        for h, a, m, d_y in zip(layers, averaged, masks, d_outputs, strict=True):
             d_y = d_y * m if m is not None else d_y
             d_gamma += float((a * d_y).sum())
             # thinc's Floats2d stub takes no None (new axis) index, as numpy and cupy do

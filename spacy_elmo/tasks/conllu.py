@@ -70,6 +70,6 @@ def conllu_docs(path: Path, vocab: Vocab) -> List[Doc]:
 def _tagged(vocab: Vocab, words: List[str], tags: List[str], spaces: List[bool]) -> Doc:
     starts: List[Union[bool, int, None]] = [index == 0 for index in range(len(words))]
     doc = Doc(vocab, words=words, spaces=spaces, sent_starts=starts)
-    for token, tag in zip(doc, tags):
+    for token, tag in zip(doc, tags, strict=True):
         token.tag_ = tag
     return doc

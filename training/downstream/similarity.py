@@ -58,7 +58,7 @@ def _is_number(text: str) -> bool:
 def pair_layers(nlp, pairs: List[Pair]) -> Tuple[np.ndarray, np.ndarray]:
     """Each pair's two words, each embedded alone: their layers (L+1, N, 2P) each."""
     words = sorted({w for a, b, _ in pairs for w in (a, b)})
-    layers = dict(zip(words, word_layers(nlp, [[w] for w in words])))
+    layers = dict(zip(words, word_layers(nlp, [[w] for w in words]), strict=True))
     return (
         np.stack([layers[a][:, 0] for a, _, _ in pairs], axis=1),
         np.stack([layers[b][:, 0] for _, b, _ in pairs], axis=1),

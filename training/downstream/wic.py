@@ -43,8 +43,8 @@ def target_layers(nlp, examples: List[Example]) -> Tuple[np.ndarray, np.ndarray]
     firsts = word_layers(nlp, [e[0] for e in examples])
     seconds = word_layers(nlp, [e[2] for e in examples])
     return (
-        np.stack([layers[:, e[1]] for e, layers in zip(examples, firsts)], axis=1),
-        np.stack([layers[:, e[3]] for e, layers in zip(examples, seconds)], axis=1),
+        np.stack([layers[:, e[1]] for e, layers in zip(examples, firsts, strict=True)], axis=1),
+        np.stack([layers[:, e[3]] for e, layers in zip(examples, seconds, strict=True)], axis=1),
     )
 
 

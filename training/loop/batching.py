@@ -198,7 +198,11 @@ def make_batch(sentences: Sequence[np.ndarray], table: TokenTable) -> TrainingBa
     type_ids = torch.from_numpy(np.concatenate(pieces)) if pieces else torch.zeros(0, dtype=torch.long)
     lengths = [len(p) for p in pieces]
     starts = np.cumsum([0] + lengths[:-1])
-    forward = np.concatenate([np.arange(s, s + n - 1) for s, n in zip(starts, lengths)]) if pieces else np.zeros(0)
+    forward = (
+        np.concatenate([np.arange(s, s + n - 1) for s, n in zip(starts, lengths, strict=True)])
+        if pieces
+        else np.zeros(0)
+    )
     unique, inverse = torch.unique(type_ids, return_inverse=True)
     char_ids, embedding_word_ids = table.model_inputs(unique)
     return TrainingBatch(

@@ -22,9 +22,9 @@ def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float
     dev = [(r["tokens"], r["dev_ppl"]) for r in records if "dev_ppl" in r]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     if train:
-        ax.plot(*zip(*train), color="#9ecae1", linewidth=1, label="train (full softmax, window mean)")
+        ax.plot(*zip(*train, strict=True), color="#9ecae1", linewidth=1, label="train (full softmax, window mean)")
     if dev:
-        ax.plot(*zip(*dev), color="#08519c", marker="o", markersize=3, label="dev (full softmax)")
+        ax.plot(*zip(*dev, strict=True), color="#08519c", marker="o", markersize=3, label="dev (full softmax)")
     if baseline:
         ax.axhline(baseline, color="#d62728", linestyle="--", label=f"unigram model: {baseline:,.0f}")
     ax.set_yscale("log")

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -64,7 +65,7 @@ def reference_sentences(
 ) -> Tuple[List[List[str]], int]:
     """The sentences of 3 to 60 tokens among the first ``max_sentences`` held-out ones, then, while
     they hold fewer than ``min_tokens`` tokens, sentences from ``top_up``; and how many are held out."""
-    sentences = [s for _, s in zip(range(max_sentences), read_sentences(corpus)) if 3 <= len(s) <= 60]
+    sentences = [s for s in islice(read_sentences(corpus), max_sentences) if 3 <= len(s) <= 60]
     held_out, tokens = len(sentences), sum(map(len, sentences))
     if top_up is None or tokens >= min_tokens:
         return sentences, held_out
@@ -181,7 +182,7 @@ def side_by_side(left: List[str], right: List[str]) -> List[str]:
     """Two columns of lines, the left one padded to its longest line."""
     rows, width = max(len(left), len(right)), max(map(len, left))
     left, right = left + [""] * (rows - len(left)), right + [""] * (rows - len(right))
-    return [f"  {a:<{width}} | {b}".rstrip() for a, b in zip(left, right)]
+    return [f"  {a:<{width}} | {b}".rstrip() for a, b in zip(left, right, strict=True)]
 
 
 def neighbour_lines(query: np.ndarray, reference: Reference, k: int, exclude: str = "") -> List[str]:
@@ -209,7 +210,7 @@ def senses_report(nlp, word: str, senses, reference: Reference, k: int) -> Tuple
     lines = [
         f"== '{word}' in two senses ==",
         "  the same sense in two sentences: "
-        + ", ".join(f"{sense.gloss} {cosine:.3f}" for sense, cosine in zip(senses, within))
+        + ", ".join(f"{sense.gloss} {cosine:.3f}" for sense, cosine in zip(senses, within, strict=True))
         + f"; across the senses: {across:.3f} (mean of 4) -> "
         + ("told apart" if told_apart else "NOT told apart"),
         "  layer 0 (context-free, the same in both senses): "
@@ -217,7 +218,7 @@ def senses_report(nlp, word: str, senses, reference: Reference, k: int) -> Tuple
     ]
     columns = [
         [f'{sense.gloss}: "{sense.sentences[0]}"', *neighbour_lines(vecs[0][0], reference, k)]
-        for sense, vecs in zip(senses, vectors)
+        for sense, vecs in zip(senses, vectors, strict=True)
     ]
     return lines + side_by_side(*columns) + [""], told_apart
 
