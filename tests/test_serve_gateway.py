@@ -137,6 +137,27 @@ def test_a_request_whose_client_left_is_dropped_and_a_failure_stays_with_its_bat
     assert isinstance(gone, asyncio.CancelledError) and isinstance(bad, ValueError) and after[0] == "AFTER"
 
 
+def test_a_run_that_loses_a_result_fails_each_request_of_its_batch_and_the_batcher_goes_on():
+    """A run that answers fewer items than it was given: each request of that batch gets the error
+    (none waits forever, none gets another's result), and the next batch is answered."""
+    losing = [True]
+
+    def run(items):
+        results = [item.upper() for item in items]
+        return (results[:-1] if losing[0] else results), sum(map(len, items))
+
+    async def scenario():
+        work = batcher(run)
+        lost = [asyncio.ensure_future(work.submit(item)) for item in ("a", "b")]
+        outcomes = await asyncio.wait_for(asyncio.gather(*lost, return_exceptions=True), 60)
+        losing[0] = False
+        return outcomes, await asyncio.wait_for(work.submit("after"), 60)
+
+    outcomes, after = asyncio.run(scenario())
+    assert all(isinstance(o, RuntimeError) and "the batch run returned" in str(o) for o in outcomes), outcomes
+    assert after[0] == "AFTER"
+
+
 def test_a_request_above_the_budget_runs_alone():
     async def scenario():
         run = Recorder(hold=True)

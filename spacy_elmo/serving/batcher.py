@@ -119,6 +119,8 @@ class ContinuousBatcher(Generic[Item, Result]):
             started = self.clock()
             try:
                 results, tokens = await loop.run_in_executor(self.worker, self.run, items)
+                if len(results) != len(batch):  # none left waiting forever, none given another's result
+                    raise RuntimeError(f"the batch run returned {len(results)} results for {len(batch)} requests")
             except Exception as failure:  # each request of the batch gets the error; the batcher goes on
                 for entry in batch:
                     if not entry.future.done():
@@ -129,7 +131,7 @@ class ContinuousBatcher(Generic[Item, Result]):
                 self._seen = len(batch) + self.waiting
             figures = BatchFigures(self._batches, len(batch), sum(e.docs for e in batch), tokens, waiting)
             reported = False
-            for entry, result in zip(batch, results):
+            for entry, result in zip(batch, results, strict=True):
                 if not entry.future.done():
                     entry.future.set_result((result, dataclasses.replace(figures, reports=not reported)))
                     reported = True
