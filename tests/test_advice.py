@@ -75,7 +75,8 @@ def test_a_load_the_timings_call_slow_runs_what_was_asked_with_the_quiet_vectors
         assert not messages
 
 
-BUSY_LOOP = "while True: pass"
+# stops by itself after 10 minutes, should the test die before it kills the loops
+BUSY_LOOP = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass"
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -67,14 +67,31 @@ def embed_on_ray_until_5_blocks(tmp_path, pipeline_path):
     embed_corpus(source, tmp_path / "reference", settings, progress=False)
     command = [sys.executable, "-m", "spacy_elmo", "embed", str(source), str(tmp_path / "out")]
     command += ["-p", str(pipeline_path), "--block-lines", "4", "--ray", "--workers", "1"]
-    driver = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    # its output to a file, not a pipe: nothing reads a pipe while it runs, and Ray's processes
+    # outside its process group would keep a pipe open after it is killed
+    with open(driver_output(tmp_path), "w") as output:
+        driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=output, start_new_session=True)
     blocks = tmp_path / "out" / "blocks"
-    deadline = time.time() + 120
-    while len(list(blocks.glob("block-*.hdf5"))) < 5 and time.time() < deadline and driver.poll() is None:
+    deadline = time.monotonic() + 120  # a hang guard: 5 blocks of 4 lines take seconds
+    while len(list(blocks.glob("block-*.hdf5"))) < 5:
+        if driver.poll() is not None or time.monotonic() > deadline:
+            status = driver.poll()
+            try:
+                os.killpg(driver.pid, signal.SIGKILL)
+            except ProcessLookupError:  # the driver and its group have exited
+                pass
+            driver.wait()
+            written = len(list(blocks.glob("block-*.hdf5")))
+            end = f"it exited with status {status}" if status is not None else "it was still running after 120 s"
+            output = driver_output(tmp_path).read_text(errors="replace")[-3000:]
+            raise AssertionError(f"embed --ray wrote {written} of 5 blocks and {end}: {output}")
         time.sleep(0.02)
     return driver, blocks, source, settings
+
+
+def driver_output(tmp_path) -> Path:
+    """The file ``embed --ray``'s driver writes its stderr to."""
+    return tmp_path / "driver-stderr.txt"
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="waits for the orphaned worker through /proc")
@@ -88,10 +105,10 @@ def test_killing_the_driver_loses_no_finished_block(tmp_path, pipeline):  # noqa
     driver.wait()
     at_kill = {p.name: p.stat().st_ino for p in blocks.glob("block-*.hdf5")}
     assert 5 <= len(at_kill) < BLOCKS, len(at_kill)
-    deadline = time.time() + 60  # the orphaned actor exits once its Ray is gone
-    while ray_workers_embedding() and time.time() < deadline:
+    deadline = time.monotonic() + 60  # the orphaned actor exits once its Ray is gone
+    while ray_workers_embedding() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not ray_workers_embedding(), "the orphaned actor is still running"
+    assert not ray_workers_embedding(), f"the orphaned actor is still running 60 s on: {ray_workers_embedding()}"
     before_rerun = {int(p.stem.split("-")[1]) for p in blocks.glob("block-*.hdf5")}
     report = embed_corpus(source, tmp_path / "out", settings, Workers(ray=True), progress=False)
     recomputed = sorted(figures["block"] for figures in report.computed)
@@ -122,7 +139,7 @@ def test_killing_a_worker_loses_no_finished_block(tmp_path, pipeline):  # noqa: 
     finished = {p.name: p.stat().st_ino for p in blocks.glob("block-*.hdf5")}
     assert len(workers) == 1 and 5 <= len(finished) < BLOCKS, (workers, len(finished))
     os.kill(workers[0], signal.SIGKILL)
-    assert driver.wait(timeout=300) == 0, driver.stderr.read()[-3000:]
+    assert driver.wait(timeout=300) == 0, driver_output(tmp_path).read_text(errors="replace")[-3000:]
     assert all(blocks.joinpath(name).stat().st_ino == inode for name, inode in finished.items()), "not rewritten"
     assert_same_output(tmp_path / "reference", tmp_path / "out")
 

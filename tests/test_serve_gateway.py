@@ -5,6 +5,7 @@ ASGI as uvicorn speaks to it."""
 import asyncio
 import base64
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -339,6 +340,14 @@ class Held:
         await self.release.wait()
         return await self.embedder.embed(request)
 
+    async def holding(self, count: int, seconds: float = 60) -> None:
+        """Once ``count`` requests are held; fails the test, saying how many arrived, after ``seconds``
+        (a hang guard for a slow machine, not a timing check)."""
+        deadline = time.monotonic() + seconds
+        while self.held < count:
+            assert time.monotonic() < deadline, f"{count} requests held within {seconds} s: only {self.held} arrived"
+            await asyncio.sleep(0.01)
+
 
 def test_beyond_the_limit_a_request_gets_429_at_once_and_admitted_ones_are_answered(embedder):
     held = Held(embedder)
@@ -347,8 +356,7 @@ def test_beyond_the_limit_a_request_gets_429_at_once_and_admitted_ones_are_answe
     async def conversation(client):
         held.release = asyncio.Event()
         admitted = [asyncio.ensure_future(client.post("/embed", json={"texts": [f"Text {i}."]})) for i in range(3)]
-        while held.held < 3:
-            await asyncio.sleep(0.01)
+        await held.holding(3)
         refused = [await client.post("/embed", json={"texts": ["One too many."]}) for _ in range(2)]
         refused.append(await client.post("/v1/embeddings", json={"input": "One too many.", "model": "elmo"}))
         health = await client.get("/health")
@@ -411,8 +419,7 @@ def test_draining_answers_what_is_in_flight_and_refuses_the_rest(embedder):
     async def conversation(client):
         held.release = asyncio.Event()
         in_flight = asyncio.ensure_future(client.post("/embed", json={"texts": ["In flight."]}))
-        while held.held < 1:
-            await asyncio.sleep(0.01)
+        await held.holding(1)
         cut_short = await gateway.drained(0)  # no time to wait: the one in the service is left
         draining = asyncio.ensure_future(gateway.drained(60))
         refused = await client.post("/embed", json={"texts": ["Too late."]})
@@ -445,7 +452,7 @@ def test_the_openai_route_answers_doc_vectors_in_openais_form(embedder):
     docs = [embedder.nlp(text) for text in texts]
     assert body["object"] == "list" and body["model"] == "elmo-tiny"
     assert [item["index"] for item in body["data"]] == [0, 1]
-    for item, doc in zip(body["data"], docs):
+    for item, doc in zip(body["data"], docs, strict=True):
         assert np.array_equal(np.array(item["embedding"], dtype=np.float32), doc._.elmo)
     tokens = sum(len(doc) for doc in docs)
     assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
@@ -553,10 +560,11 @@ def test_an_answer_pools_the_mix_computed_once_to_the_bits_of_the_extensions(emb
     texts = [line for line in lines if line.strip()][:60] + ["Two  spaces, and a tab\there. Then more."]
     bodies, _ = embed_requests(embedder.nlp, [EmbedRequest(texts=tuple(texts))])
     answered = orjson.loads(bodies[0])["docs"]
-    for text, got in zip(texts, answered):
+    assert len(answered) == len(texts), f"{len(answered)} docs for {len(texts)} texts"
+    for text, got in zip(texts, answered, strict=True):
         doc = embedder.nlp(text)
         assert np.array_equal(np.array(got["vector"], dtype=np.float32), doc._.elmo)
-        for sent, expected in zip(got["sentences"], doc.sents):
+        for sent, expected in zip(got["sentences"], doc.sents, strict=True):
             assert np.array_equal(np.array(sent["vector"], dtype=np.float32), expected._.elmo)
         assert np.array_equal(np.array(got["vectors"], dtype=np.float32), np.stack([t._.elmo for t in doc]))
     assert sum(len(got["sentences"]) > 1 for got in answered) >= 5, "docs of several sentences were checked"

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,7 @@ def test_batches_are_deterministic_and_within_budget(corpus):
     table = TokenTable(Vocabulary.load(corpus / "vocab.txt"))
     first = open_streams(corpus / "corpus" / "train", [0, 1], 2, 120, seed=1, table=table)
     again = open_streams(corpus / "corpus" / "train", [0, 1], 2, 120, seed=1, table=table)
-    for stream, twin in zip(first, again):
+    for stream, twin in zip(first, again, strict=True):
         for _ in range(15):  # across an epoch boundary
             batch = stream.next_batch()
             assert np.array_equal(batch, twin.next_batch())
@@ -157,7 +158,7 @@ def test_warmup_cosine_over_steps_rises_then_falls_to_the_final_rate(corpus, tmp
     rates = [line["lr"] for line in log_lines(tmp_path / "run") if "lr" in line]
     assert len(rates) == 12
     assert rates[:3] == pytest.approx([0.01 / 3, 0.02 / 3, 0.01]), "warm-up: a third of lr per step to step 3"
-    assert all(a > b for a, b in zip(rates[2:], rates[3:])), rates
+    assert all(a > b for a, b in pairwise(rates[2:])), rates
     assert rates[-1] == pytest.approx(0.001)
 
 
@@ -323,6 +324,23 @@ def pretrain_in_subprocess(corpus, run, **settings):
     subprocess.run(pretrain_command(corpus, run, **settings), check=True, cwd=ROOT, capture_output=True)
 
 
+def logged_steps(run: Path) -> list:
+    """The steps of the training lines in ``run``'s log so far; a line still being written left out."""
+    log = run / "log.jsonl"
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []  # the last piece: unfinished, or ""
+    return [record["step"] for record in map(json.loads, lines) if "loss" in record]
+
+
+def wait_for_logged_step(run: Path, step: int, process: subprocess.Popen, seconds: float) -> bool:
+    """Whether ``run``'s log reaches ``step`` within ``seconds`` (the wait ends where ``process`` exits)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        if max(logged_steps(run), default=0) >= step:
+            return True
+        time.sleep(0.01)
+    return max(logged_steps(run), default=0) >= step
+
+
 def uninterrupted_losses(corpus, tmp_path, **settings):
     """The losses of the run that the interrupted one must reproduce."""
     pretrain_in_subprocess(corpus, tmp_path / "straight", **settings)
@@ -334,15 +352,20 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     settings = dict(max_steps=80, checkpoint_every=10)
     expected = uninterrupted_losses(corpus, tmp_path, **settings)
     killed = tmp_path / "killed"
-    process = subprocess.Popen(
-        pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.time() + 120
-    while not (killed / "checkpoints" / "latest").exists() and time.time() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)  # let it run on past the checkpoint, perhaps into writing the next one
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    with open(tmp_path / "killed-output.txt", "w") as output:
+        process = subprocess.Popen(
+            pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=output, stderr=subprocess.STDOUT
+        )
+    # killed once its log shows step 15: past the checkpoint of step 10, so the resume must drop the
+    # steps logged after it and run them again
+    try:
+        reached = wait_for_logged_step(killed, 15, process, seconds=120)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    output = (tmp_path / "killed-output.txt").read_text(errors="replace")[-3000:]
+    assert reached, f"no step 15 logged within 120 s: {logged_steps(killed)}, exit {process.returncode}: {output}"
+    assert (killed / "checkpoints" / "latest").exists(), "step 10's checkpoint was written before step 15"
     assert 0 < len(losses(killed)) < 80, "killed mid-run"
     pretrain_in_subprocess(corpus, killed, **settings)
     assert losses(killed) == expected
