@@ -121,16 +121,26 @@ class Backend:
         bias: Optional[Tensor] = None,
         out: Optional[Tensor] = None,
         rows: Optional[int] = None,
+        fine_inputs: bool = False,
     ) -> Tensor:
         """Position-wise ``F.linear``: x (M, K), weight (N, K), bias (N,) -> (M, N), each row
         bitwise independent of M; in blocks of ``rows`` rows (default ``blocking.gemm_rows``) where
         the route blocks; written into ``out`` (M, N) where given and the route writes in place (a
-        buffer reused across calls: no fresh pages to fault in)."""
-        return self._linear(x, weight, bias, out, rows or self.blocking.gemm_rows)
+        buffer reused across calls: no fresh pages to fault in). ``fine_inputs``: a matmul whose
+        rounding reaches the token representation undamped (the char convolutions, the token
+        projection); a route that quantizes its inputs keeps more of them (``Int8Sums``)."""
+        run = self._fine_linear if fine_inputs else self._linear
+        return run(x, weight, bias, out, rows or self.blocking.gemm_rows)
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
         """``linear`` on this route, ``rows`` given."""
         raise NotImplementedError
+
+    def _fine_linear(
+        self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int
+    ) -> Tensor:
+        """``linear`` with ``fine_inputs``: ``_linear`` where the route keeps its inputs whole."""
+        return self._linear(x, weight, bias, out, rows)
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls:
@@ -159,7 +169,9 @@ class Backend:
             width = conv.kernel_size[0]
             windows = chars.unfold(1, width, 1)  # (n, C'-w+1, E, w)
             n_windows = windows.shape[1]
-            scores = self.linear(windows.reshape(n_tokens * n_windows, -1), conv.weight.reshape(conv.out_channels, -1))
+            scores = self.linear(
+                windows.reshape(n_tokens * n_windows, -1), conv.weight.reshape(conv.out_channels, -1), fine_inputs=True
+            )
             best.append(scores.view(n_tokens, n_windows, -1).amax(dim=1))
         return torch.cat(best, dim=1)
 
@@ -300,6 +312,14 @@ class Int8Sums(Backend):
     def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
         assert self.int8 is not None  # select gives Int8Sums its kernel
         return quantized.linear(x, weight, self.int8, bias)
+
+    def _fine_linear(
+        self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int
+    ) -> Tensor:
+        """x in two int8 terms (``quantized.quantize_rows_twice``): with one term per row, layer 0
+        fell short of int8's promised cosine (docs/promises.md)."""
+        assert self.int8 is not None
+        return quantized.linear(x, weight, self.int8, bias, fine_inputs=True)
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         assert self.int8 is not None

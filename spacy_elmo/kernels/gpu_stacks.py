@@ -54,7 +54,7 @@ class Stacks(NamedTuple):
 
     @classmethod
     def of(cls, ops: TritonOps, forward: Sequence[Any], backward: Sequence[Any], residual: bool) -> "Stacks":
-        pairs = tuple(ops.layer_pair(ahead, behind) for ahead, behind in zip(forward, backward))
+        pairs = tuple(ops.layer_pair(ahead, behind) for ahead, behind in zip(forward, backward, strict=True))
         return cls(pairs, (forward[0].cell_clip, forward[0].proj_clip), residual)
 
 

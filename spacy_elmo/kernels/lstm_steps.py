@@ -118,7 +118,7 @@ def run_stacks(
         if residual and layer > 0:
             outputs = (outputs[0] + inputs[0], outputs[1] + inputs[1])
         if ends is not None:
-            finals.update({(direction, layer): end for direction, end in zip(DIRECTIONS, ends)})
+            finals.update({(direction, layer): end for direction, end in zip(DIRECTIONS, ends, strict=True)})
         layers.append(torch.cat(outputs, dim=1))
         inputs = outputs
     final = LstmState.from_layers(finals, depth) if initial_state is not None else None
@@ -133,7 +133,7 @@ def each_direction(stacks: LstmStacks, run: LayerRunner) -> PairRunner:
         layers = (stacks.forward[depth], stacks.backward[depth])
         forward, backward = (
             run(layer, x, direction, starts[index] if starts is not None else None)
-            for index, (layer, x, direction) in enumerate(zip(layers, inputs, DIRECTIONS))
+            for index, (layer, x, direction) in enumerate(zip(layers, inputs, DIRECTIONS, strict=True))
         )
         ends = (forward[1], backward[1]) if starts is not None else None
         return (forward[0], backward[0]), cast(Optional[StatePair], ends)

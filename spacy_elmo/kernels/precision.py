@@ -2,12 +2,12 @@
 
 ``fp32`` (the default) is exact. ``bf16`` multiplies bfloat16 copies of the operands (oneDNN's AMX
 or AVX512_BF16 kernels, tensor cores on GPUs), accumulates and returns fp32. ``int8`` quantizes
-weights once per output channel and activations per row per call and sums the products exactly
-(``quantized``): the same bits on every CPU, the least exact. Elementwise work stays fp32, and
-results do not depend on batch companions: bf16 matmuls run on fixed shapes where a probe finds
-oneDNN's kernels change with the row count (``onednn``); int8 sums are exact. ``select`` says what
-runs on this machine. int8 covers every inference matmul; on the full-size model the char CNN's alone
-move layer 0 by at most 8e-4 (cosine >= 0.99997) and leave the LSTM layers' error as it is.
+weights once per output channel and activations per row per call (in two terms where the rounding
+reaches the token representation undamped) and sums the products exactly (``quantized``): the same
+bits on every CPU, the least exact. Elementwise work stays fp32, and results do not depend on batch
+companions: bf16 matmuls run on fixed shapes where a probe finds oneDNN's kernels change with the row
+count (``onednn``); int8 sums are exact. ``select`` says what runs on this machine. How close each
+comes to fp32 is a row of docs/promises.md, held by tests/test_precision.py.
 
 Copies derived from a weight (bfloat16, int8, oneDNN's reordered blocks, Triton's stacked weights) are
 made once, under a lock, and kept beside it (``derived_copy``) until it is collected or changes in place.
@@ -29,11 +29,11 @@ def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision must be one of {PRECISIONS}, got {precision!r}: 'fp32' is exact; 'bf16' is "
-            "faster on CPUs with AMX/AVX512_BF16 and on GPUs, within about 1e-3 of fp32; 'int8' (weights "
-            "and activations quantized to int8) is faster on x86 CPUs with AVX2 or better, most with "
-            "VNNI/AMX, a single sentence included, and is the least exact: cosine per token >= 0.9996 "
-            "against fp32 on the full-size model. `python -m spacy_elmo info --machine` says what each "
-            "runs on this machine (see the docs: Speed and precision per CPU)."
+            "faster on CPUs with AMX/AVX512_BF16 and on GPUs, and close to fp32; 'int8' (weights and "
+            "activations quantized to int8) is faster on x86 CPUs with VNNI or AMX, a single sentence "
+            "included, and is the least exact (how close each comes: the docs, The numbers we promise). "
+            "`python -m spacy_elmo info --machine` says what each runs on this machine (the docs: Speed "
+            "and precision per CPU)."
         )
     return precision
 

@@ -127,16 +127,37 @@ def _quantize_in_chunks(weight: Tensor, rows: int = 1024) -> Tuple[Tensor, Tenso
     return values, scale
 
 
-def linear(x: Tensor, weight: Tensor, kernel: Int8Kernel, bias: Optional[Tensor] = None) -> Tensor:
+def linear(
+    x: Tensor, weight: Tensor, kernel: Int8Kernel, bias: Optional[Tensor] = None, fine_inputs: bool = False
+) -> Tensor:
     """``x @ weight.T + bias`` with int8 operands and exact sums: x (M, K), M >= 0; weight (N, K), its
-    int8 copy cached; bias (N,) or None, added in fp32 -> (M, N) fp32, contiguous, rows independent of M."""
+    int8 copy cached; bias (N,) or None, added in fp32 -> (M, N) fp32, contiguous, rows independent of M.
+    ``fine_inputs``: x in two int8 terms (``quantize_rows_twice``), summed in one call of twice the rows."""
     if x.shape[1] != weight.shape[1]:
         raise ValueError(f"x has {x.shape[1]} features but the weight takes {weight.shape[1]}.")
-    values, x_scale = quantize_rows(x, kernel.operand)
-    out = channel_scaled_sums(values, quantized_weight(weight, kernel)).mul_(x_scale[:, None])
+    weight_q = quantized_weight(weight, kernel)
+    if fine_inputs:
+        values, (coarse, residual) = quantize_rows_twice(x, kernel.operand)
+        sums = channel_scaled_sums(values, weight_q)
+        rows = x.shape[0]
+        out = sums[:rows].mul_(coarse[:, None]).add_(sums[rows:].mul_(residual[:, None]))
+    else:
+        values, x_scale = quantize_rows(x, kernel.operand)
+        out = channel_scaled_sums(values, weight_q).mul_(x_scale[:, None])
     if bias is not None:
         out.add_(bias)
     return out.contiguous()
+
+
+def quantize_rows_twice(x: Tensor, dtype: torch.dtype = torch.int8) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+    """x (M, K) as two int8 terms, ``quantize_rows`` of x and of what it leaves: values (2M, K), the
+    first term's rows then the residual's, and their scales, each (M,); x ~ v1 * s1 + v2 * s2, about
+    15 bits per value instead of 8. Every step is an elementwise IEEE operation on its own row."""
+    x = x.float()
+    values, scale = quantize_rows(x)
+    residual = x - values.float().mul_(scale[:, None])
+    residual_values, residual_scale = quantize_rows(residual)
+    return torch.cat([values, residual_values]).to(dtype), (scale, residual_scale)
 
 
 def channel_scaled_sums(values: Tensor, weight: QuantizedWeight) -> Tensor:

@@ -39,7 +39,13 @@ class Ops(Protocol):
     def conv_max(self, chars: Tensor, convs: Sequence[Any]) -> Tensor: ...
 
     def linear(
-        self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, rows: Optional[int] = None
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        *,
+        rows: Optional[int] = None,
+        fine_inputs: bool = False,
     ) -> Tensor: ...
 
     def sigmoid_(self, x: Tensor) -> Tensor: ...
@@ -61,7 +67,8 @@ class AutogradOps:
         x = chars.transpose(1, 2)  # (n, E, C')
         return torch.cat([F.conv1d(x, conv.weight).amax(dim=2) for conv in convs], dim=1)
 
-    def linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, *, rows: Optional[int] = None) -> Tensor:
+    def linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, **blocking: Any) -> Tensor:
+        """``F.linear``; what a backend reads of ``rows`` and ``fine_inputs`` means nothing here."""
         return F.linear(x, weight, bias)
 
     def sigmoid_(self, x: Tensor) -> Tensor:
@@ -165,7 +172,7 @@ class CharEncoder(nn.Module):
         if word_ids is not None:
             assert self.word_embedding is not None  # _check_word_ids: word ids come with a word embedding
             x = torch.cat([self.word_embedding(word_ids), x], dim=1)
-        return ops.linear(x, self.projection.weight, self.projection.bias, rows=n_tokens)
+        return ops.linear(x, self.projection.weight, self.projection.bias, rows=n_tokens, fine_inputs=True)
 
     def _conv_layers(self) -> Iterable[_Conv1d]:
         """``self.convs``, typed (to a type checker an ``nn.ModuleList`` holds plain Modules)."""

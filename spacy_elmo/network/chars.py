@@ -130,7 +130,11 @@ class CharTable:
     @property
     def marks(self) -> Dict[str, int]:
         return dict(
-            zip(self.MARKS, (self.begin_of_word, self.end_of_word, self.pad_id, self.unknown, self.bos, self.eos))
+            zip(
+                self.MARKS,
+                (self.begin_of_word, self.end_of_word, self.pad_id, self.unknown, self.bos, self.eos),
+                strict=True,
+            )
         )
 
     @property

@@ -129,7 +129,7 @@ def _autograd_step_loop(layer: LstmLayer, x_time: Tensor, batch_sizes: List[int]
     cells = layer.cells
     inputs = torch.nn.functional.linear(x_time, layer.weight_ih, layer.bias).split(batch_sizes)
     outputs = []
-    for step_inputs, active in zip(inputs, batch_sizes):
+    for step_inputs, active in zip(inputs, batch_sizes, strict=True):
         gates = torch.addmm(step_inputs, h[:active], layer.weight_hh.t())
         i, f, g, o = gates.split(cells, dim=1)
         c, hidden = layer.cell(

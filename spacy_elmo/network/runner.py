@@ -251,7 +251,9 @@ def embed_sentences(
             return _embed_batch(runner, sentences, stateful=True)
         results: List[np.ndarray] = [None] * len(sentences)  # type: ignore[list-item]
         for batch in batches_by_length(sentences, max_batch_tokens):
-            for index, layers in zip(batch, _embed_batch(runner, [sentences[i] for i in batch], stateful=False)):
+            for index, layers in zip(
+                batch, _embed_batch(runner, [sentences[i] for i in batch], stateful=False), strict=True
+            ):
                 results[index] = layers
         return results
 

@@ -114,7 +114,7 @@ class TokenCache:
         assert self._rows is not None  # _reserve allocates it
         free = self._free_slots(len(tokens), keep)
         self._rows[index_tensor(free, rows.device)] = rows
-        for token, slot in zip(tokens, free):
+        for token, slot in zip(tokens, free, strict=True):
             self._slots[token] = slot
 
     def _reserve(self, like: Tensor) -> None:

@@ -1,7 +1,7 @@
 """Downstream data as spaCy DocBins, one sentence per doc.
 
 - UD English-EWT (CoNLL-U): the tagger learns UPOS, stored as ``token.tag_``; training subsets of
-  1%, 10% and 100% of the sentences, drawn with a seed and nested (1% within 10% within 100%).
+  1%, 10% and 100% of the sentences, drawn with a seed and nested (the 1% inside the 10%, the 10% inside all).
 - WNUT-17 (``token<TAB>IOB tag``, blank lines between sentences): named entities.
 - ``text/``: the tasks' words without labels (EWT + WNUT train / dev / test) as corpus shards, for
   fine-tuning the biLM on the tasks' domain (Peters et al. 2018, Section 3.4). Only the train split
