@@ -310,3 +310,41 @@ def test_sigterm_answers_the_requests_in_flight_then_stops(served):
     assert [answer.status_code for answer in answered] == [200] * 6
     assert "every request in flight was answered" in served.output, served.output[-2000:]
     assert not session_processes(served.process.pid), "nothing of the service is left running"
+
+
+def fewer_digits(written: str) -> list:
+    """The two decimals of one significant digit fewer around ``written`` (none for one digit)."""
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+    number = Decimal(written).normalize()
+    digits = len(number.as_tuple().digits)
+    if digits <= 1 or number == 0:
+        return []
+    quantum = Decimal(1).scaleb(number.adjusted() - digits + 2)
+    return [str(number.quantize(quantum, rounding=rounding)) for rounding in (ROUND_FLOOR, ROUND_CEILING)]
+
+
+@pytest.mark.parametrize("tokens, per_token", [("mix", "vectors"), ("layers", "layers")])
+def test_a_float16_answer_writes_each_number_in_float16s_shortest_form(alone, tokens, per_token):
+    """docs/serving.md: a float16 answer's numbers read back as the same float16 as the float32
+    answer's rounded, none could lose a digit and still do, and the answer is at most 70% of the
+    float32 answer's bytes."""
+    from spacy_elmo.serving.responses import embed_requests
+
+    body = {"texts": TEXTS, "tokens": tokens}
+    requests = [parse_request(json.dumps({**body, "dtype": d}).encode(), LIMITS) for d in ("float32", "float16")]
+    (as_float32, as_float16), _ = embed_requests(alone, requests)
+    assert len(as_float16) <= 0.7 * len(as_float32), (len(as_float16), len(as_float32))
+    exact, written = json.loads(as_float32)["docs"], json.loads(as_float16, parse_float=str)["docs"]
+    assert len(exact) == len(written) == len(TEXTS)
+    checked = 0
+    for want, got in zip(exact, written, strict=True):
+        for key in ("vector", per_token):
+            rounded = np.array(want[key], dtype=np.float32).astype(np.float16).ravel()
+            texts = np.array(got[key], dtype=object).ravel()
+            assert rounded.shape == texts.shape and rounded.size > 0
+            for value, text in zip(rounded, texts, strict=True):
+                assert np.float16(float(text)) == value, (text, value)
+                assert all(np.float16(float(shorter)) != value for shorter in fewer_digits(text)), text
+            checked += rounded.size
+    assert checked > 1000

@@ -5,11 +5,14 @@ batch, so each request gets bitwise what ``nlp(text)`` alone gives it.
 Each doc of a payload: ``words``; ``vector`` (2P,), its ``sentences`` (``start``, ``end`` in tokens
 and ``vector``); per token, as the request asks, ``vectors`` (n, 2P) mixed or ``layers``
 (n, L+1, 2P). Numbers are JSON floats in the shortest form that reads back as the same float32
-(or float16, with ``"dtype": "float16"``).
+(orjson's), or, with ``"dtype": "float16"``, as the same float16: orjson writes a float16 as the
+float32 it widens to ("-0.117492676" for float16's "-0.1175"), so float16 arrays are written here,
+each number looked up in a table of the 65,536 float16 values' shortest forms.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
@@ -72,5 +75,34 @@ def _sentences(doc: Doc) -> list:
     return list(doc.sents) if doc.has_annotation("SENT_START") else [doc[:]]
 
 
-def _numbers(values: np.ndarray, dtype: type) -> np.ndarray:
+def _numbers(values: np.ndarray, dtype: type) -> Union[np.ndarray, orjson.Fragment]:
+    """``values`` for orjson: float32 as an array, float16 as JSON text already written."""
+    if dtype is np.float16:
+        return orjson.Fragment(float16_json(np.asarray(values, dtype=np.float16)))
     return np.ascontiguousarray(values, dtype=dtype)
+
+
+def float16_json(values: np.ndarray) -> str:
+    """``values`` (any shape) as nested JSON arrays of each float16's shortest form; null where not finite."""
+    forms = _float16_forms()[np.ascontiguousarray(values).view(np.uint16)]
+    return _nested(forms)
+
+
+def _nested(forms: np.ndarray) -> str:
+    if forms.ndim == 1:
+        return "[" + ",".join(forms.tolist()) + "]"
+    return "[" + ",".join(_nested(row) for row in forms) + "]"
+
+
+@functools.lru_cache(maxsize=1)
+def _float16_forms() -> np.ndarray:
+    """The shortest decimal that reads back as each float16, by its 16 bits (made once, in about 0.4 s)."""
+    forms = []
+    for value in np.arange(2**16, dtype=np.uint16).view(np.float16):
+        if not np.isfinite(value):
+            forms.append("null")  # as orjson writes a float that is not finite
+            continue
+        positional = np.format_float_positional(value, unique=True, trim="0")
+        scientific = np.format_float_scientific(value, unique=True, trim="-")
+        forms.append(positional if len(positional) <= len(scientific) else scientific)
+    return np.array(forms, dtype=object)
