@@ -372,39 +372,6 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     assert not list((killed / "checkpoints").glob(".step-*")), "no half-written checkpoint left"
 
 
-@pytest.mark.slow
-def test_two_process_ddp_equals_one_process(corpus, tmp_path):
-    """2 gloo processes with one data stream each = 1 process running both streams, with the same
-    learning rate at every step of the schedule."""
-    settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2, lr_schedule="warmup-cosine", warmup=0.5)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True
-    )
-    ddp = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        "-m",
-        "spacy_elmo.training.pretrain",
-    ]
-    done = subprocess.run(
-        ddp + pretrain_command(corpus, tmp_path / "two", **settings)[3:],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    one, two = load_bilm(tmp_path / "one" / "bilm"), load_bilm(tmp_path / "two" / "bilm")
-    worst = max(float((one.state_dict()[k] - two.state_dict()[k]).abs().max()) for k in one.state_dict())
-    assert worst < 1e-5
-    loss_values = lambda run: [loss for _, _, loss in losses(run)]  # noqa: E731
-    np.testing.assert_allclose(loss_values(tmp_path / "one"), loss_values(tmp_path / "two"), rtol=1e-6)
-
-
 def launcher(nodes: int, processes: int, node_rank: int, port: int) -> list:
     """torchrun for one node of a job: a c10d rendezvous on 127.0.0.1, as on a cluster's head node."""
     return [
@@ -424,12 +391,16 @@ def launcher(nodes: int, processes: int, node_rank: int, port: int) -> list:
 
 
 @pytest.mark.slow
-def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path):
-    """torchrun --nnodes 2 (two launchers, one process each, gloo) = one node with two processes:
-    the same losses, bitwise, and the same weights."""
+def test_two_processes_train_as_one_and_two_nodes_as_one_node(corpus, tmp_path):
+    """2 gloo processes with one data stream each = 1 process running both streams, with the same
+    learning rate at every step of the schedule; and torchrun --nnodes 2 (two launchers, one
+    process each) = one node with two processes: the same losses, bitwise, and the same weights."""
     settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2, lr_schedule="warmup-cosine", warmup=0.5)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
+    subprocess.run(
+        pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True
+    )
     one_node = subprocess.run(
         launcher(1, 2, 0, free_port()) + arguments(tmp_path / "one-node"),
         cwd=ROOT,
@@ -438,6 +409,12 @@ def test_two_nodes_train_as_one_node_with_the_same_global_batch(corpus, tmp_path
         text=True,
     )
     assert one_node.returncode == 0, one_node.stderr[-3000:]
+    one, two = load_bilm(tmp_path / "one" / "bilm"), load_bilm(tmp_path / "one-node" / "bilm")
+    worst = max(float((one.state_dict()[k] - two.state_dict()[k]).abs().max()) for k in one.state_dict())
+    assert worst < 1e-5
+    loss_values = lambda run: [loss for _, _, loss in losses(run)]  # noqa: E731
+    np.testing.assert_allclose(loss_values(tmp_path / "one"), loss_values(tmp_path / "one-node"), rtol=1e-6)
+
     rendezvous, logs = free_port(), [tmp_path / f"node-{rank}.log" for rank in (0, 1)]
     nodes = []
     for rank, log in enumerate(logs):  # to files: a pipe read only after the other node ends could fill and block
