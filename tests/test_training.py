@@ -111,6 +111,22 @@ def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
     assert (tmp_path / "run" / "curve.png").stat().st_size > 1000
 
 
+def test_without_matplotlib_a_run_says_so_at_once_and_trains_evaluates_and_checkpoints(corpus, tmp_path, monkeypatch):
+    """A missing train extra costs the picture, not the run: the warning comes before the first
+    step, and the run's dev evaluations, checkpoints and weights are all there."""
+    from spacy_elmo.training.loop.curve import CurveSkipped
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    run = tmp_path / "run"
+    with pytest.warns(CurveSkipped, match=r"matplotlib is not installed .*train extra.*matplotlib>=3\.5") as seen:
+        train(config(corpus, max_steps=4, eval_every=2, checkpoint_every=2), run)
+    assert len(seen.list) == 1, "said once, when the run starts"
+    assert [line["step"] for line in log_lines(run) if "dev_ppl" in line] == [2, 4]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000004"
+    assert load_bilm(run / "bilm").config.projection_dim > 0, "the final weights are written"
+    assert not (run / "curve.png").exists()
+
+
 def test_final_figure_is_the_whole_dev_split_as_evaluate_gives_it(corpus, tmp_path):
     """Evaluations during training name their subset; the last line is the whole dev split, equal
     to what spacy_elmo.training.evaluate gives for the run."""

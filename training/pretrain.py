@@ -33,7 +33,7 @@ from spacy_elmo.weights.native import load_bilm
 
 from .loop.batching import dev_batches
 from .loop.checkpoint import best_checkpoint, save_best
-from .loop.curve import plot_learning_curve
+from .loop.curve import CurveDrawer, curve_drawer
 from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
 from .loop.run_log import JsonlLog, LossWindow, device_memory
@@ -49,6 +49,7 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
     session = open_session(cfg, output)
     output, state, main = session.output, session.state, session.processes.main
     log = JsonlLog(output / "log.jsonl", state.step, main)
+    draw_curve = curve_drawer(warn=main)
     if main:
         output.mkdir(parents=True, exist_ok=True)
         (output / "train-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
@@ -68,7 +69,7 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
             window = LossWindow()
         if _evaluation_due(cfg, step, totals) or finished:
             if main:
-                _evaluate_on_dev(session, log)
+                _evaluate_on_dev(session, log, draw_curve)
             clock.evaluated()
         if step % cfg.checkpoint_every == 0 or totals.save_now or finished:
             session.save_checkpoint()
@@ -140,7 +141,7 @@ def _count(state: RunState, window: LossWindow, totals: StepTotals, clock: Clock
     window.add(totals.nll, totals.targets, totals.tokens)
 
 
-def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
+def _evaluate_on_dev(session: Session, log: JsonlLog, draw_curve: CurveDrawer) -> None:
     """Dev perplexity on the evaluation subset (the first ``eval_tokens`` of dev, the same every
     time) into the log, the best so far into the state; the curve redrawn."""
     state, output = session.state, session.output
@@ -154,7 +155,7 @@ def _evaluate_on_dev(session: Session, log: JsonlLog) -> None:
     if improved:
         figures = {k: v for k, v in record.items() if k.startswith("dev_")}
         save_best(session.checkpoints, state.step, session.bilm, session.vocab, figures)
-    plot_learning_curve(output / "log.jsonl", output / "curve.png")
+    draw_curve(output / "log.jsonl", output / "curve.png")
 
 
 def _take_the_best_weights(session: Session, log: JsonlLog) -> None:

@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from spacy_elmo.files import atomic_write
+
+# (RUN/log.jsonl, the PNG to write) -> the PNG written
+CurveDrawer = Callable[[Path, Path], object]
+
+
+class CurveSkipped(UserWarning):
+    """A run goes on without its learning curve: matplotlib (the ``train`` extra) is missing."""
+
+
+def curve_drawer(warn: bool = True) -> CurveDrawer:
+    """How a run draws its curve, decided when it starts: ``plot_learning_curve`` where matplotlib
+    imports; else nothing, said once now (where ``warn``: the process that writes the run), so that
+    a missing extra costs the picture and not the training before the first evaluation."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as missing:
+        if warn:
+            warnings.warn(
+                f"matplotlib is not installed ({missing}): this run writes no curve.png, and trains, evaluates and "
+                'checkpoints as usual. It comes with the train extra; pip install "matplotlib>=3.5" adds it.',
+                CurveSkipped,
+                stacklevel=2,
+            )
+        return lambda log_path, png_path: None
+    return plot_learning_curve
 
 
 def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float] = None, title: str = "") -> Path:
