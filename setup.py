@@ -9,6 +9,25 @@ version = next(
     if line.startswith("__version__")
 )
 
+# `serve` on its default engine (one replica in this process): uvicorn serves the gateway, which reads
+# and answers with starlette's requests and responses, writes JSON with orjson and metrics with
+# prometheus_client; uvicorn runs on uvloop and httptools where they are installed (its "auto"),
+# as the benchmarks were measured (BENCHMARKS.md). Ray is not among them: see "ray". Tested with
+# uvicorn 0.54, starlette 1.10, orjson 3.13, prometheus_client 0.26, uvloop 0.23, httptools 0.9.
+SERVE = [
+    "uvicorn>=0.26",
+    "starlette>=0.37",
+    "orjson>=3.9",
+    "prometheus_client>=0.17",
+    "httptools>=0.6",
+    "uvloop>=0.19; sys_platform != 'win32'",
+]
+# Every feature that runs on Ray, in one extra: `embed --ray / --ray-address` (blocks embedded by
+# actors on Ray Data) and `serve --replicas N / --ray-address / --engine ray` (the gateway and the
+# replicas on Ray Serve, which also needs what `serve` needs); psutil finds and stops the processes
+# a local Ray leaves behind (Ray carries its own copy, not as a dependency).
+RAY = ["ray[data,serve]>=2.60,<3", "psutil>=5.9", *SERVE]
+
 setup(
     name="spacy-elmo",
     version=version,
@@ -42,10 +61,10 @@ setup(
         "h5": ["h5py>=3.8"],
         "cuda12x": ["cupy-cuda12x>=12"],
         "train": ["matplotlib>=3.5", "gensim>=4.3"],
-        # `embed --ray / --ray-address`: blocks embedded by actors on Ray Data (one machine or a cluster)
-        "ray": ["ray[data]>=2.40,<3"],
-        # `serve`: the pipeline behind HTTP on Ray Serve (batching by tokens: batch_size_fn, verified on Ray 2.60)
-        "serve": ["ray[serve]>=2.60,<3", "orjson>=3.9"],
+        # `serve`: the pipeline behind HTTP, one replica in this process (no Ray; SERVE above)
+        "serve": SERVE,
+        # `embed --ray`, `serve --replicas N` and every other feature on Ray, on one machine or a cluster (RAY above)
+        "ray": RAY,
         # spaCy's lemma tables, for pipelines around models trained on lemmas (saved inside them)
         "lemmas": ["spacy-lookups-data>=1.0.3"],
         "dev": [
@@ -57,8 +76,7 @@ setup(
             # the GPU's kernels run in Triton's interpreter on a CPU (tests/test_triton_kernels.py patches
             # 3.6's interpreter); on a GPU Triton comes with torch's Linux CUDA wheels
             "triton==3.6.0; platform_system == 'Linux' and platform_machine == 'x86_64'",
-            "ray[data,serve]>=2.60,<3",
-            "orjson>=3.9",
+            *RAY,
             "httpx>=0.27",  # the tests' HTTP client
             "openai>=1.40",  # the tests speak to serve's /v1/embeddings with OpenAI's own client
             "sybil>=9",  # tests/test_docs.py runs the docs' code blocks

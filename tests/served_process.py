@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 import httpx
 from conftest import with_this_checkout
@@ -36,13 +36,23 @@ def free_port() -> int:
     raise RuntimeError(f"no free port between 20000 and {lowest}")
 
 
+def cli_without(hidden: Sequence[str]) -> List[str]:
+    """``python -m spacy_elmo`` where the modules ``hidden`` cannot be imported, as where they are not
+    installed (None in sys.modules: ``import`` raises ModuleNotFoundError, ``find_spec`` finds nothing)."""
+    if not hidden:
+        return [sys.executable, "-m", "spacy_elmo"]
+    run = f"import runpy, sys; sys.modules.update(dict.fromkeys({list(hidden)!r})); "
+    return [sys.executable, "-c", run + "runpy.run_module('spacy_elmo', run_name='__main__', alter_sys=True)"]
+
+
 class Served:
     """The CLI serving ``source`` on ``engine`` with ``options``, on a free port of 127.0.0.1 (port
-    0 where the service reports the port it got, one found free for Ray's proxy)."""
+    0 where the service reports the port it got, one found free for Ray's proxy), with the modules
+    ``hidden`` not installed (``cli_without``)."""
 
-    def __init__(self, source, *options: str, engine: str = "process") -> None:
+    def __init__(self, source, *options: str, engine: str = "process", hidden: Sequence[str] = ()) -> None:
         port = "0" if engine == "process" else str(free_port())
-        command = [sys.executable, "-m", "spacy_elmo", "serve", str(source), "--threads", "1", "--port", port]
+        command = [*cli_without(hidden), "serve", str(source), "--threads", "1", "--port", port]
         command += ["--engine", engine, *options]
         self.process = subprocess.Popen(
             command, env=with_this_checkout(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

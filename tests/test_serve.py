@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+pytest.importorskip("uvicorn", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 httpx = pytest.importorskip("httpx")
 
 from served_process import (  # noqa: E402

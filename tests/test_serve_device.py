@@ -6,7 +6,7 @@ the CPU: nothing here needs a GPU, and nothing starts Ray."""
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+pytest.importorskip("ray.serve", reason="the ray extra (pip install spacy-elmo[ray]) is not installed")
 
 import ray  # noqa: E402
 

@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
-pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+pytest.importorskip("ray.serve", reason="the ray extra (pip install spacy-elmo[ray]) is not installed")
 httpx = pytest.importorskip("httpx")
 
 from conftest import SHARED  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 from served_process import Served, samples_of, session_processes, sigterm_with_requests_in_flight, wait_for
 from test_serve import TEXTS
 
-pytest.importorskip("ray.serve", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+pytest.importorskip("ray.serve", reason="the ray extra (pip install spacy-elmo[ray]) is not installed")
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,17 @@ it is ready drains it (exit 0); Ctrl-C stops it at once; nothing of it is left r
 
 import signal
 import sys
+from importlib.util import find_spec
 
 import pytest
 from served_process import Served, session_processes
 
 pytest.importorskip("uvicorn", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 
-ENGINES = ["process", pytest.param("ray", marks=pytest.mark.slow)]
+WITHOUT_RAY = pytest.mark.skipif(
+    find_spec("ray") is None, reason="the ray extra (pip install spacy-elmo[ray]) is not installed"
+)
+ENGINES = ["process", pytest.param("ray", marks=[pytest.mark.slow, WITHOUT_RAY])]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -10,6 +10,8 @@ from wasabi import msg
 from ..serving.settings import API_KEY_VARIABLE
 from .app import app
 
+REPLICAS = typer.Option(1, help="Copies of the pipeline; above 1, each in its own process on Ray Serve (ray extra).")
+RAY_ADDRESS = typer.Option(None, help="A Ray cluster to join (on Ray Serve, the ray extra; default: this machine).")
 MAX_WAIT_MS = typer.Option(
     0.0, help="How long a free replica waits for more requests before a batch under --max-batch-tokens (0: none)."
 )
@@ -39,7 +41,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, help="Port to listen on (0: any free port, printed once listening)."),
     lang: str = typer.Option(None, help="Language of the blank pipeline around weights (default: the model's)."),
-    replicas: int = typer.Option(1, help="Copies of the pipeline; above 1, each in its own process on Ray Serve."),
+    replicas: int = REPLICAS,
     threads: int = typer.Option(0, help="Torch threads per replica (0: the machine's CPU count)."),
     max_batch_tokens: int = typer.Option(4096, help="A free replica takes the requests waiting, up to so many tokens."),
     max_wait_ms: float = MAX_WAIT_MS,
@@ -47,7 +49,7 @@ def serve(
     max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
     api_key: str = API_KEY,
     precision: str = typer.Option(None, help="fp32, bf16 or int8 (default: the pipeline's)."),
-    ray_address: str = typer.Option(None, help="A Ray cluster to join (with --engine ray; default: this machine)."),
+    ray_address: str = RAY_ADDRESS,
     device: str = typer.Option("cpu", help="cpu, or cuda: each replica on a CUDA GPU of its own."),
     engine: str = ENGINE,
 ) -> None:
@@ -98,7 +100,7 @@ def _serve(**options: Any) -> None:
         )
     try:
         run(settings, on_ready=_ready, on_drain=_drained)
-    except ValueError as err:  # a port in use, a cluster without the GPUs asked for
+    except ValueError as err:  # a port in use, a cluster without the GPUs asked for, Ray without Ray Serve's packages
         msg.fail("Cannot serve", str(err), exits=1)
 
 
@@ -114,9 +116,9 @@ def _drained(left: int) -> None:
 
 
 def _checked_settings(**options: Any) -> Any:
-    """The ``ServeSettings`` of the command's ``options``, checked before anything starts (the serve
-    extra installed, every value in range, the GPUs of ``--device cuda`` on this machine unless a
-    cluster is joined); a message that says what to fix, and exit 1, otherwise."""
+    """The ``ServeSettings`` of the command's ``options``, checked before anything starts (every value
+    in range, the extra the engine needs installed, the GPUs of ``--device cuda`` on this machine
+    unless a cluster is joined); a message that says what to fix, and exit 1, otherwise."""
     try:
         from ..kernels.precision import check_precision
         from ..serving.settings import ServeSettings, check_gpus_here, machine_threads
@@ -124,25 +126,29 @@ def _checked_settings(**options: Any) -> Any:
         options["precision"] = options["precision"] and check_precision(options["precision"])
         options["threads"] = options["threads"] or machine_threads()
         settings = ServeSettings(**options)
-        _check_serve_extra(settings)
+        _check_extras(settings)
         if settings.ray_address is None:
             check_gpus_here(settings)  # a cluster's GPUs are counted once joined (serving.ray_engine)
-    except ImportError as err:
-        msg.fail("serve needs the serve extra", f'{err}; pip install "spacy-elmo[serve]"', exits=1)
     except ValueError as err:
         msg.fail("Bad setting", str(err), exits=1)
     return settings
 
 
-def _check_serve_extra(settings: Any) -> None:
-    """An ImportError where a package the engine needs is missing. Ray is looked for, not imported:
-    the engine imports it in its own way (``serving.ray_engine``)."""
+def _check_extras(settings: Any) -> None:
+    """Exit 1 with the extra to install where a package the engine needs is missing: the serve extra
+    for every engine, the ray extra for Ray Serve. Packages are looked for, not imported: Ray is
+    imported by its engine alone, in its own way (``serving.ray_engine``)."""
     from importlib.util import find_spec
 
-    import orjson  # noqa: F401
-    import prometheus_client  # noqa: F401
-    import starlette  # noqa: F401
-    import uvicorn  # noqa: F401
+    from ..serving.settings import SERVE_MODULES, install_command
 
+    missing = [name for name in SERVE_MODULES if find_spec(name) is None]
+    if missing:
+        msg.fail(f"serve needs the serve extra: {', '.join(missing)} not installed", install_command("serve"), exits=1)
     if settings.runs_on_ray and find_spec("ray") is None:
-        raise ImportError("No module named 'ray'")
+        msg.fail(
+            f"{settings.ray_options} runs on Ray Serve, and Ray is not installed",
+            f"{install_command('ray')}; or serve one replica in this process: leave out --replicas, --ray-address "
+            "and --engine ray",
+            exits=1,
+        )

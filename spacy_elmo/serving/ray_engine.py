@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple, Type
 from .embedder import Embedded, Embedder
 from .gateway import Gateway
 from .requests import EmbedRequest
-from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster
+from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster, install_command
 
 APP_NAME = "spacy-elmo"
 MOST_ONGOING = 10_000  # requests a deployment takes at once: the gateway's limit, not Ray's, decides
@@ -128,7 +128,10 @@ class RayEngine:
         if settings.ray_address is None:
             check_gpus_here(settings)
         ray = self.ray = _import_ray()
-        from ray import serve
+        try:
+            from ray import serve
+        except ImportError as missing:  # Ray without the packages of Ray Serve (ray[serve])
+            raise ValueError(f"Ray Serve cannot be imported ({missing}): {install_command('ray')}") from None
 
         if not ray.is_initialized():
             self.started_ray = True

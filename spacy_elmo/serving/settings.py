@@ -13,6 +13,13 @@ DEVICES = ("cpu", "cuda")
 ENGINES = ("auto", "process", "ray")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 API_KEY_VARIABLE = "SPACY_ELMO_API_KEY"
+# What the one-process engine imports beyond the core install: the serve extra (setup.py's SERVE)
+SERVE_MODULES = ("uvicorn", "starlette", "orjson", "prometheus_client")
+
+
+def install_command(extra: str) -> str:
+    """How to install ``extra``: from the package index, and from a clone of the repository."""
+    return f'pip install "spacy-elmo[{extra}]" (in a clone of the repository: pip install ".[{extra}]")'
 
 
 def machine_threads() -> int:
@@ -91,6 +98,15 @@ class ServeSettings:
         if self.engine == "auto":
             return self.replicas > 1 or self.ray_address is not None
         return self.engine == "ray"
+
+    @property
+    def ray_options(self) -> str:
+        """The options that put the service on Ray Serve, as given on the command line ("" where
+        none does)."""
+        given = [f"--replicas {self.replicas}"] if self.replicas > 1 else []
+        given += [f"--ray-address {self.ray_address}"] if self.ray_address is not None else []
+        given += ["--engine ray"] if self.engine == "ray" else []
+        return " ".join(given) if self.runs_on_ray else ""
 
     @property
     def local_host(self) -> bool:

@@ -1,0 +1,93 @@
+"""The extras `serve` is installed with: `[serve]` holds what the one-process engine imports and no
+Ray; `[ray]` adds Ray Serve for `--replicas N`, `--ray-address` and `--engine ray`. Without Ray, the
+one-process engine serves every route, and asking for Ray fails before the model loads with the
+extra to install."""
+
+import runpy
+import subprocess
+import sys
+from unittest import mock
+
+import pytest
+from conftest import ROOT, with_this_checkout
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+pytest.importorskip("uvicorn", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
+httpx = pytest.importorskip("httpx")
+
+from served_process import Served, cli_without  # noqa: E402
+
+from spacy_elmo.serving.settings import SERVE_MODULES  # noqa: E402
+
+
+def extras() -> dict:
+    """setup.py's extras_require, as setup.py computes it (run with setuptools' ``setup`` recorded)."""
+    with mock.patch("setuptools.setup") as setup:
+        runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
+    return {
+        extra: [Requirement(line) for line in requirements]
+        for extra, requirements in setup.call_args.kwargs["extras_require"].items()
+    }
+
+
+def names(requirements) -> set:
+    return {canonicalize_name(requirement.name) for requirement in requirements}
+
+
+def test_the_serve_extra_holds_what_the_one_process_engine_imports_and_no_ray():
+    found = extras()
+    assert "ray" not in names(found["serve"]), found["serve"]
+    assert {canonicalize_name(module) for module in SERVE_MODULES} <= names(found["serve"])
+    ray = next(requirement for requirement in found["ray"] if requirement.name == "ray")
+    assert {"data", "serve"} <= ray.extras, "one extra gives every feature on Ray: embed --ray and serve --replicas"
+    assert names(found["serve"]) <= names(found["ray"]), "the Ray engine serves through the same gateway"
+    assert "psutil" in names(found["ray"]), "the Ray engine stops Ray's processes with psutil"
+
+
+def test_the_one_process_engines_modules_import_no_ray():
+    modules = "spacy_elmo.cli.serve, spacy_elmo.serving.service, spacy_elmo.serving.process_engine"
+    probe = f"import sys, {modules}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], env=with_this_checkout(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_without_ray_one_process_answers_every_route(tiny_weights):
+    served = Served(tiny_weights, hidden=["ray"])
+    try:
+        url = served.ready()
+        embedded = httpx.post(f"{url}/embed", json={"texts": ["The cat sat."]}, timeout=60)
+        assert embedded.status_code == 200 and len(embedded.json()["docs"][0]["vector"]) > 0, embedded.text
+        openai = httpx.post(f"{url}/v1/embeddings", json={"input": "The cat sat.", "model": "elmo"}, timeout=60)
+        assert openai.status_code == 200 and openai.json()["data"][0]["embedding"], openai.text
+        metrics = httpx.get(f"{url}/metrics", timeout=60)
+        assert metrics.status_code == 200 and "spacy_elmo_requests_in_service" in metrics.text
+    finally:
+        served.stop()
+    assert served.process.returncode == 0, served.output[-3000:]
+
+
+@pytest.mark.parametrize(
+    "hidden, options, named, extra",
+    [
+        (["ray"], ["--replicas", "2"], "--replicas 2 runs on Ray Serve", "ray"),
+        (["ray"], ["--ray-address", "ray://head:10001"], "--ray-address ray://head:10001 runs on Ray Serve", "ray"),
+        (["ray"], ["--engine", "ray"], "--engine ray runs on Ray Serve", "ray"),
+        (["uvicorn"], [], "uvicorn not installed", "serve"),
+    ],
+    ids=["replicas", "ray-address", "engine-ray", "no-uvicorn"],
+)
+def test_a_missing_extra_is_named_before_the_model_loads(tiny_weights, hidden, options, named, extra):
+    result = subprocess.run(
+        [*cli_without(hidden), "serve", str(tiny_weights), "--port", "1", *options],
+        env=with_this_checkout(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 1, output
+    assert named in output and f'pip install ".[{extra}]"' in output, output
+    assert "Serving" not in output and "Traceback" not in output, "it stopped before anything started"
