@@ -3,6 +3,7 @@ engines: SIGTERM before the service answers stops it (exit 0, nothing admitted);
 it is ready drains it (exit 0); Ctrl-C stops it at once; nothing of it is left running after."""
 
 import signal
+import subprocess
 import sys
 from importlib.util import find_spec
 
@@ -76,3 +77,35 @@ def test_sigterm_while_ray_is_imported_stops_without_touching_ray(monkeypatch, t
     settings = ServeSettings(source=str(tiny_weights), engine="ray", threads=1)
     with pytest.raises(service.Stopped):
         service.run(settings, on_ready=print, on_drain=print, engine=ray_engine.RayEngine(settings))
+
+
+def test_what_ray_started_is_ended_a_process_that_ignores_sigterm_included():
+    """The Ray engine's stop ends the processes that appeared below the service's since Ray started:
+    SIGTERM, then SIGKILL to those still running (here, one that ignores SIGTERM); grandchildren too."""
+    pytest.importorskip("psutil", reason="the ray extra (pip install spacy-elmo[ray]) is not installed")
+    from spacy_elmo.serving import ray_engine
+
+    sleep = "import time; print('ready', flush=True); time.sleep(600)"
+    programs = {
+        "polite": sleep,
+        "stubborn": f"import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); {sleep}",
+        "parent": f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', {sleep!r}]); {sleep}",
+    }
+    before = ray_engine.descendants()
+    started = {
+        name: subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE)
+        for name, program in programs.items()
+    }
+    try:
+        for process in started.values():
+            assert process.stdout.readline() == b"ready\n"  # its SIGTERM handler, or its child, is in place
+        appeared = ray_engine.descendants() - before
+        assert len(appeared) == 4, appeared  # the three, and the parent's child
+        ray_engine.end_processes(appeared, 2.0)
+        assert not [process for process in appeared if ray_engine._running(process)]
+        assert all(process.poll() is not None for process in started.values())
+    finally:
+        for process in started.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait()

@@ -15,8 +15,7 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Iterator, Set, Tuple, Type
 
 from .embedder import Embedded, Embedder
 from .gateway import Gateway
@@ -113,7 +112,7 @@ class RayEngine:
         self.settings = settings
         self.started_ray = False
         self.ray: Any = None  # the module, once imported whole (SIGTERM may stop its import midway)
-        self.processes_before: List[int] = []  # this process's children before Ray started here
+        self.processes_before: Set[Any] = set()  # the processes below this one before Ray started here
 
     @property
     def url(self) -> str:
@@ -135,7 +134,7 @@ class RayEngine:
 
         if not ray.is_initialized():
             self.started_ray = True
-            self.processes_before = descendants(os.getpid())
+            self.processes_before = descendants()
             _init_ray(ray, settings)
         logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its start-up lines; `serve` prints its own
         check_gpus_of_cluster(ray, settings)
@@ -167,8 +166,7 @@ class RayEngine:
         ray = self.ray
         if ray is None:
             return
-        before = set(self.processes_before)
-        started = [pid for pid in descendants(os.getpid()) if pid not in before] if self.started_ray else []
+        started = descendants() - self.processes_before if self.started_ray else set()
         with _without_lines(SHUTDOWN_NOISE):
             if self.started_ray:  # the application goes with the Ray it runs on: no graceful Serve stop to wait for
                 ray.shutdown()
@@ -191,47 +189,43 @@ def _without_lines(noise: str) -> Iterator[None]:
     sys.stdout.write("".join(kept))
 
 
-def descendants(pid: int) -> List[int]:
-    """The processes below ``pid``, read from Linux's /proc (none where there is no /proc)."""
-    children: Dict[int, List[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, below = [], children.get(pid, [])
-    while below:
-        found += below
-        below = [child for parent in below for child in children.get(parent, [])]
-    return found
+def descendants() -> Set[Any]:
+    """The processes below this one, children's children included (``psutil.Process``es: one whose
+    pid is reused later is another process)."""
+    return set(_psutil().Process().children(recursive=True))
 
 
-def end_processes(pids: List[int], seconds: float) -> None:
-    """SIGTERM to those of ``pids`` still running, and SIGKILL to those still running ``seconds``
-    later."""
+def end_processes(processes: Iterable[Any], seconds: float) -> None:
+    """SIGTERM to those of ``processes`` still running, and SIGKILL to those still running ``seconds``
+    later. A zombie has ended: waiting reaps the ones that are this process's children, and the
+    others are their parents' to reap."""
+    psutil = _psutil()
+    alive = [process for process in processes if _running(process)]
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
     deadline = time.monotonic() + seconds
-    for pid in filter(_running, pids):
-        _signal(pid, signal.SIGTERM)
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in filter(_running, pids):
-        _signal(pid, signal.SIGKILL)
+    while alive and time.monotonic() < deadline:
+        _, alive = psutil.wait_procs(alive, timeout=0.1)
+        alive = [process for process in alive if _running(process)]
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
-def _running(pid: int) -> bool:
+def _running(process: Any) -> bool:
+    psutil = _psutil()
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return bool(process.is_running()) and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return state != "Z"
 
 
-def _signal(pid: int, number: int) -> None:
-    try:
-        os.kill(pid, number)
-    except ProcessLookupError:
-        pass
+def _psutil() -> Any:
+    """psutil (the ray extra's; Ray carries a copy of its own too), imported on the Ray engine's path only."""
+    import psutil  # type: ignore[import-untyped]  # no stubs installed: its calls here are few
+
+    return psutil
 
 
 def _import_ray() -> Any:
