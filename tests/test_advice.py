@@ -151,3 +151,22 @@ def test_measured_for_real_every_site_has_a_time(cache):
     sites = {site.name for site in advice.sites(SHAPES)}
     assert all(set(ms) == sites and min(ms.values()) > 0 for ms in measured.timings.values())
     assert min(measured.speedup) > 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_a_precision_warning_points_at_the_users_line(tiny_weights, monkeypatch, precision):
+    """The warning a load gives names the user's ``nlp.initialize()``, not a frame of spacy_elmo,
+    spaCy or thinc between it and the warning."""
+    import spacy
+
+    monkeypatch.setattr(advice, "_WARNED", set())  # once per process: as if this were the first load
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_weights), "precision": precision})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        nlp.initialize()
+        line = sys._getframe().f_lineno - 1
+    ours = [w for w in seen if issubclass(w.category, (PrecisionFallback, SlowerPrecision))]
+    if not ours:
+        pytest.skip(f"{precision} runs here as fast as asked: no warning to point")
+    assert [(w.filename, w.lineno) for w in ours] == [(__file__, line)] * len(ours)

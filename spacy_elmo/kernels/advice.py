@@ -19,6 +19,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import torch
 
 from ..files import atomic_write_json, cache_dir
+from ..warned import user_stacklevel
 from . import machine
 from .backends import Backend, KernelChoice
 from .precision import PRECISIONS
@@ -275,7 +276,7 @@ def _warn_once(choice: KernelChoice, text: str, category: type) -> None:
     key = (choice, text)
     if key not in _WARNED:
         _WARNED.add(key)
-        warnings.warn(text, category, stacklevel=5)
+        warnings.warn(text, category, stacklevel=user_stacklevel())
 
 
 _WARNED: Set[Tuple[KernelChoice, str]] = set()
