@@ -20,9 +20,10 @@ from conftest import SHARED  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from ray.exceptions import ActorDiedError  # noqa: E402
 
+from spacy_elmo.serving import gateway as gateway_module  # noqa: E402
 from spacy_elmo.serving.batcher import REFILL_SHARE, ContinuousBatcher  # noqa: E402
 from spacy_elmo.serving.embedder import Embedder  # noqa: E402
-from spacy_elmo.serving.gateway import RETRY_AFTER_S, Gateway  # noqa: E402
+from spacy_elmo.serving.gateway import RETRY_AFTER_S, Gateway, Route, json_response  # noqa: E402
 from spacy_elmo.serving.settings import ServeSettings  # noqa: E402
 
 KEY = "s3cret-key"
@@ -504,6 +505,38 @@ def test_metrics_count_requests_batches_and_the_queue(embedder):
     assert docs == 6 and tokens == 6 * 4 and 1 <= batches <= 3  # each batch counted once
     assert samples(text, "spacy_elmo_requests_in_service") == {(): 0.0}
     assert samples(text, "spacy_elmo_replica_restarts_total") == {(): 0.0}
+
+
+def test_the_route_table_decides_where_a_request_goes_and_its_404s_and_405s(monkeypatch, embedder):
+    """A route added to ``ROUTES`` is answered by its handler, with its method, key and error form;
+    a path not there gets 404, another method 405, each naming the routes there are."""
+
+    async def echo(gateway, request, error):
+        return json_response({"echo": request.url.path})
+
+    monkeypatch.setitem(gateway_module.ROUTES, "/echo", Route("PUT", echo, open=True))
+    gateway, _ = gateway_of(embedder, api_key=KEY)
+
+    async def conversation(client):
+        return {
+            "echo": await client.put("/echo"),
+            "echo by GET": await client.get("/echo"),
+            "nowhere": await client.get("/nowhere"),
+            "embed by GET": await client.get("/embed", headers={"Authorization": f"Bearer {KEY}"}),
+            "openai by GET": await client.get("/v1/embeddings", headers={"Authorization": f"Bearer {KEY}"}),
+            "health by POST": await client.post("/health"),
+        }
+
+    got = talk(gateway, conversation)
+    assert got["echo"].status_code == 200 and got["echo"].json() == {"echo": "/echo"}, "open: no key asked"
+    routes = "POST /embed, /v1/embeddings; GET /metadata, /metrics, /health, /ready"
+    assert got["echo by GET"].status_code == 405 and got["echo by GET"].json()["error"].startswith("/echo takes PUT")
+    assert got["nowhere"].status_code == 404 and got["nowhere"].json()["error"] == f"no route GET /nowhere: {routes}"
+    embed = got["embed by GET"]
+    assert embed.status_code == 405 and embed.json()["error"] == f"/embed takes POST: {routes}"
+    openai = got["openai by GET"]
+    assert openai.status_code == 405 and openai.json()["error"]["message"] == f"/v1/embeddings takes POST: {routes}"
+    assert got["health by POST"].status_code == 405, "open routes check their method too"
 
 
 def test_the_openai_route_without_a_replica_to_describe_the_model_is_503():

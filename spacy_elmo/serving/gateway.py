@@ -8,6 +8,9 @@ the replicas that embed (``Replicas``: the pipeline in this process, or Ray Serv
     GET  /health           the service is up (open without a key)
     GET  /ready            a replica answers and the service is not draining (open without a key)
 
+``ROUTES`` (below the gateway) is where a request is routed: each path's method, handler, whether it
+is open without the key and the form of its errors; 404 and 405 are answered from it.
+
 In order, an embedding request is: checked for the key (401), refused while draining (503) or
 beyond ``max_concurrent_requests`` (429, both with ``Retry-After``), read and checked (4xx, see
 ``requests``), then embedded. A replica that dies under it costs it nothing: the request is sent
@@ -21,8 +24,8 @@ import asyncio
 import hmac
 import logging
 import time
-from dataclasses import asdict
-from typing import Any, Awaitable, Callable, Dict, Optional, Protocol, Tuple, Type
+from dataclasses import asdict, dataclass
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Protocol, Tuple, Type
 
 import orjson
 
@@ -35,20 +38,26 @@ from .settings import ServeSettings
 RETRY_WAIT_S = 30.0  # how long a request whose replica died waits for another
 RETRY_AFTER_S = 1  # what 429 and 503 answers tell a client to wait
 READY_WAIT_S = 2.0  # how long /ready waits for a replica to answer
-OPEN_PATHS = ("/health", "/ready")
-ROUTES = {
-    "/embed": "POST",
-    "/v1/embeddings": "POST",
-    "/metadata": "GET",
-    "/metrics": "GET",
-    "/health": "GET",
-    "/ready": "GET",
-}
-ROUTE_LIST = "POST /embed, /v1/embeddings; GET /metadata, /metrics, /health, /ready"
 
 logger = logging.getLogger(__name__)
 
 ErrorBody = Callable[[int, str], Any]
+
+
+def _error(status: int, message: str) -> Dict[str, str]:
+    return {"error": message}
+
+
+@dataclass(frozen=True)
+class Route:
+    """What answers a path (``ROUTES``, below the gateway): the ``method`` it takes, the ``handler``
+    (a ``Gateway`` method: the request and ``error`` to the answer), whether it is ``open`` without
+    the key, and the form of its errors (``error``: status and message to the body)."""
+
+    method: str
+    handler: Callable[["Gateway", Any, ErrorBody], Awaitable[Any]]
+    open: bool = False
+    error: ErrorBody = _error
 
 
 class ReplicaUnavailable(Exception):
@@ -114,36 +123,43 @@ class Gateway:
         return self.in_service
 
     async def _route(self, request: Any, path: str) -> Any:
-        if path not in ROUTES:
+        """The answer of the route ``ROUTES`` has for ``path``: 404 where it has none, 401 without
+        the key (but on open routes), 405 for another method."""
+        route = ROUTES.get(path)
+        if route is None:
             return json_response({"error": f"no route {request.method} {path}: {ROUTE_LIST}"}, 404)
-        error = openai_error if path == "/v1/embeddings" else _error
-        if path not in OPEN_PATHS and not self._authorized(request):
+        if not route.open and not self._authorized(request):
             message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
-            return json_response(error(401, message), 401, {"WWW-Authenticate": "Bearer"})
-        if request.method != ROUTES[path]:
-            return json_response(error(405, f"{path} takes {ROUTES[path]}: {ROUTE_LIST}"), 405)
-        if path == "/embed":
-            return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
-        if path == "/v1/embeddings":
-            try:
-                width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
-            except self.replicas.lost + (asyncio.TimeoutError,) as lost:
-                message = f"no replica could describe the model ({type(lost).__name__}): retry later"
-                return json_response(error(503, message), 503, {"Retry-After": str(RETRY_AFTER_S)})
-            return await self._embedding(
-                request, lambda body: parse_openai_request(body, self.settings.limits, width), error
-            )
-        return await self._plain(path)
+            return json_response(route.error(401, message), 401, {"WWW-Authenticate": "Bearer"})
+        if request.method != route.method:
+            return json_response(route.error(405, f"{path} takes {route.method}: {ROUTE_LIST}"), 405)
+        return await route.handler(self, request, route.error)
 
-    async def _plain(self, path: str) -> Any:
-        if path == "/health":
-            return json_response({"status": "ok"})
-        if path == "/metrics":
-            return json_response(self.metrics.text(), media_type=CONTENT_TYPE)
-        if path == "/ready":
-            ready = not self.draining and await self._replica_answers()
-            return json_response({"ready": ready}, 200 if ready else 503)
+    async def _embed(self, request: Any, error: ErrorBody) -> Any:
+        return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
+
+    async def _openai_embeddings(self, request: Any, error: ErrorBody) -> Any:
+        try:
+            width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
+        except self.replicas.lost + (asyncio.TimeoutError,) as lost:
+            message = f"no replica could describe the model ({type(lost).__name__}): retry later"
+            return json_response(error(503, message), 503, {"Retry-After": str(RETRY_AFTER_S)})
+        return await self._embedding(
+            request, lambda body: parse_openai_request(body, self.settings.limits, width), error
+        )
+
+    async def _metadata(self, request: Any, error: ErrorBody) -> Any:
         return json_response(await self._about())
+
+    async def _metrics(self, request: Any, error: ErrorBody) -> Any:
+        return json_response(self.metrics.text(), media_type=CONTENT_TYPE)
+
+    async def _health(self, request: Any, error: ErrorBody) -> Any:
+        return json_response({"status": "ok"})
+
+    async def _ready(self, request: Any, error: ErrorBody) -> Any:
+        ready = not self.draining and await self._replica_answers()
+        return json_response({"ready": ready}, 200 if ready else 503)
 
     async def _embedding(self, request: Any, parse: Callable[[bytes], EmbedRequest], error: ErrorBody) -> Any:
         retry = {"Retry-After": str(RETRY_AFTER_S)}
@@ -239,15 +255,33 @@ class Gateway:
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
+# Every route: where a request is routed, and what 404 and 405 answers list
+ROUTES: Dict[str, Route] = {
+    "/embed": Route("POST", Gateway._embed),
+    "/v1/embeddings": Route("POST", Gateway._openai_embeddings, error=openai_error),
+    "/metadata": Route("GET", Gateway._metadata),
+    "/metrics": Route("GET", Gateway._metrics),
+    "/health": Route("GET", Gateway._health, open=True),
+    "/ready": Route("GET", Gateway._ready, open=True),
+}
+
+
+def _route_list() -> str:
+    """``ROUTES`` in a line: "POST /embed, /v1/embeddings; GET /metadata, ..."."""
+    paths: Dict[str, List[str]] = {}
+    for path, route in ROUTES.items():
+        paths.setdefault(route.method, []).append(path)
+    return "; ".join(f"{method} {', '.join(each)}" for method, each in paths.items())
+
+
+ROUTE_LIST = _route_list()
+
+
 async def _within(answer: Awaitable[Any], seconds: float) -> Any:
     async def awaited() -> Any:
         return await answer
 
     return await asyncio.wait_for(awaited(), seconds)
-
-
-def _error(status: int, message: str) -> Dict[str, str]:
-    return {"error": message}
 
 
 def json_response(
