@@ -174,6 +174,56 @@ def test_report_gives_means_over_seeds_and_the_layer_weights_plot(tmp_path, monk
     ]
 
 
+def test_without_matplotlib_the_downstream_commands_say_so_first_and_keep_their_numbers(tmp_path, monkeypatch):
+    """A missing train extra is said when a plotting command starts, not after its runs: the report
+    is written without its plot; precision and centering decide the same way before any work."""
+    import sys
+
+    import pytest
+    from conftest import run_report
+
+    from spacy_elmo.training.downstream import centering, metrics, precision
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    run = {"task": "ner", "size": 100, "score": 0.25, "score_std": 0.0, "seed_scores": [0.25]}
+    elmo = {**run, "variant": "elmo", "layer_weights": [0.3, 0.3, 0.4], "gamma": 1.1}
+    recorded = {"runs": {"ner-100-baseline": {**run, "variant": "baseline"}, "ner-100-elmo": elmo}, "bilm": {}}
+    (tmp_path / "recorded.json").write_text(json.dumps(recorded))
+    with pytest.warns(metrics.PlotSkipped, match=r"downstream.report writes its results without its plot.*train extra"):
+        text = run_report("--recorded", "recorded.json")
+    assert "| 1 | 25.00 | 25.00 | +0.00 |" in text and "![layer weights]" not in text
+    out = tmp_path / "out"
+    assert (out / "downstream.json").exists() and not (out / "downstream-layer-weights.png").exists()
+    started = []  # what each command reached before it was stopped: the check comes first
+    monkeypatch.setattr(precision, "check_run", lambda *arguments: started.append("precision runs"))
+    monkeypatch.setattr(centering, "reference_vectors", lambda *arguments: started.append("centering runs"))
+    for module in (precision, centering):
+        monkeypatch.setattr(module, "plots_here", stop_at_check)
+        with pytest.raises(CheckedFirst):
+            call_with_defaults(module.main, tmp_path)
+    assert started == [], "each command asks whether it can plot before it runs anything"
+
+
+class CheckedFirst(Exception):
+    pass
+
+
+def stop_at_check(command):
+    raise CheckedFirst(command)
+
+
+def call_with_defaults(command, folder):
+    """``command`` called with every typer option at a value that does no work yet."""
+    import inspect
+
+    arguments = {}
+    for name, parameter in inspect.signature(command).parameters.items():
+        default = parameter.default.default if hasattr(parameter.default, "default") else parameter.default
+        arguments[name] = folder if default is ... else default
+    return command(**arguments)
+
+
 def test_report_from_a_recorded_downstream_json(tmp_path, monkeypatch):
     from conftest import run_report
 
