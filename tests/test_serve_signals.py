@@ -2,9 +2,11 @@
 engines: SIGTERM before the service answers stops it (exit 0, nothing admitted); SIGTERM the moment
 it is ready drains it (exit 0); Ctrl-C stops it at once; nothing of it is left running after."""
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from importlib.util import find_spec
 
 import pytest
@@ -109,3 +111,57 @@ def test_what_ray_started_is_ended_a_process_that_ignores_sigterm_included():
             if process.poll() is None:
                 process.kill()
             process.wait()
+
+
+class Scripted:
+    """An engine that sends this process SIGTERM while it starts, or while it serves, and records
+    what the service asks of it."""
+
+    url = "http://scripted"
+
+    def __init__(self, sigterm_while: str):
+        self.sigterm_while, self.calls = sigterm_while, []
+
+    def _sigterm(self, moment: str) -> None:
+        if self.sigterm_while == moment:
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.monotonic() + 60  # a hang guard: the handler runs in this thread at once
+            while "terminate" not in self.calls and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    def start(self):
+        self.calls.append("start")
+        self._sigterm("start")
+
+    def serve(self, drain_s, on_drain):
+        self.calls.append("serve")
+        self._sigterm("serve")
+        on_drain(0)
+
+    def terminate(self):
+        self.calls.append("terminate")
+
+    def stop(self):
+        self.calls.append("stop")
+
+
+@pytest.mark.parametrize(
+    "moment, calls", [("start", ["start", "stop"]), ("serve", ["start", "serve", "terminate", "stop"])]
+)
+def test_one_sigterm_handler_stops_any_engine_before_it_answers_and_drains_it_after(moment, calls, tiny_weights):
+    """The service's handler, the same for both engines: SIGTERM while the engine starts raises
+    ``Stopped`` (the engine is stopped); once it answers, SIGTERM asks the engine to drain
+    (``terminate``). The handler in place before is put back."""
+    from spacy_elmo.serving import service
+    from spacy_elmo.serving.settings import ServeSettings
+
+    before = signal.getsignal(signal.SIGTERM)
+    engine = Scripted(moment)
+    settings = ServeSettings(source=str(tiny_weights), threads=1)
+    if moment == "start":
+        with pytest.raises(service.Stopped):
+            service.run(settings, on_ready=print, on_drain=print, engine=engine)
+    else:
+        service.run(settings, on_ready=print, on_drain=print, engine=engine)
+    assert engine.calls == calls
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -5,9 +5,10 @@ crosses no process boundary: its body is read once, its answer written once, and
 hop is to the replica's worker thread and back.
 
 The port is bound before the pipeline loads (a port in use is said at once), and listened on once
-it has loaded: until then a connection is refused rather than left waiting for the load. SIGTERM drains (the
-gateway refuses new embedding requests with 503 and waits for those in the service; uvicorn then
-sends their answers and closes); SIGINT stops at once.
+it has loaded: until then a connection is refused rather than left waiting for the load. SIGTERM
+(the service's handler, ``service.ServiceSigterm``, calls ``terminate``) drains: the gateway refuses
+new embedding requests with 503 and waits for those in the service; uvicorn then sends their answers
+and closes. SIGINT stops at once.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ProcessEngine:
         self.listener: Optional[socket.socket] = None
         self.embedder: Optional[Embedder] = None
         self.gateway: Optional[Gateway] = None
+        self.server: Optional[_DrainingServer] = None
 
     @property
     def url(self) -> str:
@@ -52,15 +54,21 @@ class ProcessEngine:
         self.listener = bound_socket(self.settings.host, self.settings.port)
         self.embedder = Embedder(self.settings)
         self.gateway = Gateway(self.settings, self.embedder)
+        self.server = _DrainingServer(_uvicorn_config(self.gateway.asgi), self.gateway)
         self.listener.listen(BACKLOG)  # connections wait here until the server's loop takes them
 
     def serve(self, drain_s: float, on_drain: OnDrain) -> None:
-        """Listen and answer until SIGTERM (a drain of up to ``drain_s`` seconds, then
+        """Listen and answer until ``terminate`` (a drain of up to ``drain_s`` seconds, then
         ``on_drain(left)``, ``left`` the requests unanswered) or SIGINT (at once)."""
-        if self.gateway is None or self.listener is None:
+        if self.server is None or self.listener is None:
             raise RuntimeError("ProcessEngine.serve needs ProcessEngine.start first")
-        config = _uvicorn_config(self.gateway.asgi)
-        _DrainingServer(config, self.gateway, drain_s, on_drain).run(sockets=[self.listener])
+        self.server.drain_s, self.server.on_drain = drain_s, on_drain
+        self.server.run(sockets=[self.listener])
+
+    def terminate(self) -> None:
+        """Drain, then stop serving (the service's SIGTERM; see ``service.Engine``)."""
+        if self.server is not None:
+            self.server.ask_to_drain()
 
     def stop(self) -> None:
         if self.listener is not None:
@@ -103,23 +111,36 @@ def _uvicorn_config(app: Any) -> uvicorn.Config:
 
 
 class _DrainingServer(uvicorn.Server):
-    """uvicorn's server with the service's signals: SIGTERM drains through the gateway before
-    uvicorn's own graceful shutdown; SIGINT stops at once."""
+    """uvicorn's server with the service's signals: a drain through the gateway before uvicorn's own
+    graceful shutdown where ``ask_to_drain`` is called (the service's SIGTERM), and SIGINT stops at
+    once. uvicorn's own handlers are not installed."""
 
-    def __init__(self, config: uvicorn.Config, gateway: Gateway, drain_s: float, on_drain: OnDrain) -> None:
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
         super().__init__(config)
-        self.gateway, self.drain_s, self.on_drain = gateway, drain_s, on_drain
+        self.gateway = gateway
+        self.drain_s: float = 0.0
+        self.on_drain: OnDrain = lambda left: None
+        self.drain_asked = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._draining: Optional["asyncio.Task[None]"] = None
+
+    def ask_to_drain(self) -> None:
+        """Drain once the loop runs (at once where it does). Called from a signal handler, between
+        two steps of the main thread, which runs the loop: it only schedules."""
+        self.drain_asked = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._drain)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, self._drain)
+        loop = self._loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, self._interrupt)
+        if self.drain_asked:  # asked before the loop ran
+            self._drain()
         try:
             yield
         finally:
-            loop.remove_signal_handler(signal.SIGTERM)
+            self._loop = None  # closed soon after: a later ask has nothing to drain
             loop.remove_signal_handler(signal.SIGINT)
 
     def _drain(self) -> None:

@@ -11,21 +11,22 @@ import contextlib
 import io
 import logging
 import os
-import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, Set, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Set, Tuple, Type
 
 from .embedder import Embedded, Embedder
 from .gateway import Gateway
 from .requests import EmbedRequest
+from .service import sigterm_kept
 from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster, install_command
 
 APP_NAME = "spacy-elmo"
 MOST_ONGOING = 10_000  # requests a deployment takes at once: the gateway's limit, not Ray's, decides
 PROXY_FLUSH_S = 0.2  # after a drain, for the last answers to leave Ray's proxy
 STOP_WAIT_S = 10.0  # how long Ray's processes get to exit after ray.shutdown, before SIGKILL
+KILL_WAIT_S = 5.0  # how long stop waits for them to end after SIGKILL
 # What Ray prints of its own shutdown: its controller, killed on purpose, fails the tasks that
 # waited on it ("(raylet) Task ServeController.listen_for_change failed ... killed by `ray.kill`").
 SHUTDOWN_NOISE = "killed by `ray.kill`"
@@ -113,6 +114,7 @@ class RayEngine:
         self.started_ray = False
         self.ray: Any = None  # the module, once imported whole (SIGTERM may stop its import midway)
         self.processes_before: Set[Any] = set()  # the processes below this one before Ray started here
+        self.terminated = threading.Event()  # the service's SIGTERM, once the application answers
 
     @property
     def url(self) -> str:
@@ -144,20 +146,22 @@ class RayEngine:
         serve.run(application(settings), name=APP_NAME, route_prefix="/", blocking=False)
 
     def serve(self, drain_s: float, on_drain: OnDrain) -> None:
-        """Wait while the application serves: SIGTERM drains it (up to ``drain_s`` seconds, then
-        ``on_drain(left)``); Ctrl-C (KeyboardInterrupt) returns at once."""
+        """Wait while the application serves: ``terminate`` drains it (up to ``drain_s`` seconds,
+        then ``on_drain(left)``); Ctrl-C (KeyboardInterrupt) returns at once."""
         from ray import serve
 
-        terminated = threading.Event()
-        signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
         try:
-            while not terminated.wait(0.5):
+            while not self.terminated.wait(0.5):  # a wait the signal handlers run in, every half second
                 pass
         except KeyboardInterrupt:
             return
         left = serve.get_app_handle(APP_NAME).drained.remote(drain_s).result()
         time.sleep(PROXY_FLUSH_S)
         on_drain(left)
+
+    def terminate(self) -> None:
+        """Drain, then stop serving (the service's SIGTERM; see ``service.Engine``)."""
+        self.terminated.set()
 
     def stop(self) -> None:
         """Stop the application, and Ray where it was started here, with every process it started:
@@ -197,20 +201,27 @@ def descendants() -> Set[Any]:
 
 def end_processes(processes: Iterable[Any], seconds: float) -> None:
     """SIGTERM to those of ``processes`` still running, and SIGKILL to those still running ``seconds``
-    later. A zombie has ended: waiting reaps the ones that are this process's children, and the
-    others are their parents' to reap."""
+    later; returns once they have ended (SIGKILL's end is not instant), or ``KILL_WAIT_S`` after."""
     psutil = _psutil()
     alive = [process for process in processes if _running(process)]
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.terminate()
-    deadline = time.monotonic() + seconds
-    while alive and time.monotonic() < deadline:
-        _, alive = psutil.wait_procs(alive, timeout=0.1)
-        alive = [process for process in alive if _running(process)]
+    alive = _still_running(alive, seconds)
     for process in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
+    _still_running(alive, KILL_WAIT_S)
+
+
+def _still_running(processes: List[Any], seconds: float) -> List[Any]:
+    """Those of ``processes`` still running after up to ``seconds``. A zombie has ended: waiting
+    reaps the ones that are this process's children, and the others are their parents' to reap."""
+    deadline = time.monotonic() + seconds
+    while processes and time.monotonic() < deadline:
+        _, processes = _psutil().wait_procs(processes, timeout=0.1)
+        processes = [process for process in processes if _running(process)]
+    return processes
 
 
 def _running(process: Any) -> bool:
@@ -244,20 +255,12 @@ def _import_ray() -> Any:
 
 
 def _init_ray(ray: Any, settings: ServeSettings) -> None:
-    """``ray.init`` here (or joining the cluster), with the SIGTERM handler that was in place before
-    put back: Ray's own (``sys.exit(15)``) would skip the drain. A SIGTERM during ``ray.init``
-    reaches the caller as the handler in place would have raised it."""
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
+    """``ray.init`` here (or joining the cluster), with the service's SIGTERM handler kept: Ray's own
+    (``sys.exit(15)``) would skip the drain (``service.sigterm_kept``)."""
+    with sigterm_kept():
         ray.init(
             address=settings.ray_address,
             include_dashboard=False,
             logging_level=logging.WARNING,
             log_to_driver=False,
         )
-    except SystemExit as exit_:
-        if exit_.code == signal.SIGTERM and callable(handler):
-            handler(signal.SIGTERM, None)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, handler)
