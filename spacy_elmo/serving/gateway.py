@@ -25,7 +25,20 @@ import hmac
 import logging
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Protocol, Tuple, Type
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Tuple,
+    Type,
+    TypedDict,
+)
 
 import orjson
 
@@ -35,16 +48,35 @@ from .openai_api import openai_error, parse_openai_request
 from .requests import BadRequest, EmbedRequest, check_body_size, parse_request
 from .settings import ServeSettings
 
+if TYPE_CHECKING:  # for the checker; at run time starlette is imported where a request arrives, as before
+    from starlette.requests import Request
+    from starlette.responses import Response
+
 RETRY_WAIT_S = 30.0  # how long a request whose replica died waits for another
 RETRY_AFTER_S = 1  # what 429 and 503 answers tell a client to wait
 READY_WAIT_S = 2.0  # how long /ready waits for a replica to answer
 
 logger = logging.getLogger(__name__)
 
-ErrorBody = Callable[[int, str], Any]
+
+class ErrorAnswer(TypedDict):
+    """The body of an error on every route but /v1/embeddings (OpenAI's form there: ``openai_error``)."""
+
+    error: str
 
 
-def _error(status: int, message: str) -> Dict[str, str]:
+class HealthAnswer(TypedDict):
+    status: str  # "ok"
+
+
+class ReadyAnswer(TypedDict):
+    ready: bool
+
+
+ErrorBody = Callable[[int, str], Mapping[str, object]]  # an error's status and message to its body
+
+
+def _error(status: int, message: str) -> ErrorAnswer:
     return {"error": message}
 
 
@@ -55,7 +87,7 @@ class Route:
     the key, and the form of its errors (``error``: status and message to the body)."""
 
     method: str
-    handler: Callable[["Gateway", Any, ErrorBody], Awaitable[Any]]
+    handler: Callable[["Gateway", Request, ErrorBody], Awaitable[Response]]
     open: bool = False
     error: ErrorBody = _error
 
@@ -89,7 +121,7 @@ class Gateway:
         self._idle.set()
         self._width: Optional[int] = None  # the model's vector width, once a replica said it
 
-    async def __call__(self, request: Any) -> Any:
+    async def __call__(self, request: Request) -> Response:
         """``request``: a Starlette request; the answer, a Starlette response."""
         started = time.perf_counter()
         path = request.url.path.rstrip("/") or "/"
@@ -122,12 +154,12 @@ class Gateway:
             pass
         return self.in_service
 
-    async def _route(self, request: Any, path: str) -> Any:
+    async def _route(self, request: Request, path: str) -> Response:
         """The answer of the route ``ROUTES`` has for ``path``: 404 where it has none, 401 without
         the key (but on open routes), 405 for another method."""
         route = ROUTES.get(path)
         if route is None:
-            return json_response({"error": f"no route {request.method} {path}: {ROUTE_LIST}"}, 404)
+            return json_response(_error(404, f"no route {request.method} {path}: {ROUTE_LIST}"), 404)
         if not route.open and not self._authorized(request):
             message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
             return json_response(route.error(401, message), 401, {"WWW-Authenticate": "Bearer"})
@@ -135,10 +167,10 @@ class Gateway:
             return json_response(route.error(405, f"{path} takes {route.method}: {ROUTE_LIST}"), 405)
         return await route.handler(self, request, route.error)
 
-    async def _embed(self, request: Any, error: ErrorBody) -> Any:
+    async def _embed(self, request: Request, error: ErrorBody) -> Response:
         return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
 
-    async def _openai_embeddings(self, request: Any, error: ErrorBody) -> Any:
+    async def _openai_embeddings(self, request: Request, error: ErrorBody) -> Response:
         try:
             width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
         except self.replicas.lost + (asyncio.TimeoutError,) as lost:
@@ -148,20 +180,22 @@ class Gateway:
             request, lambda body: parse_openai_request(body, self.settings.limits, width), error
         )
 
-    async def _metadata(self, request: Any, error: ErrorBody) -> Any:
+    async def _metadata(self, request: Request, error: ErrorBody) -> Response:
         return json_response(await self._about())
 
-    async def _metrics(self, request: Any, error: ErrorBody) -> Any:
+    async def _metrics(self, request: Request, error: ErrorBody) -> Response:
         return json_response(self.metrics.text(), media_type=CONTENT_TYPE)
 
-    async def _health(self, request: Any, error: ErrorBody) -> Any:
-        return json_response({"status": "ok"})
+    async def _health(self, request: Request, error: ErrorBody) -> Response:
+        health: HealthAnswer = {"status": "ok"}
+        return json_response(health)
 
-    async def _ready(self, request: Any, error: ErrorBody) -> Any:
+    async def _ready(self, request: Request, error: ErrorBody) -> Response:
         ready = not self.draining and await self._replica_answers()
-        return json_response({"ready": ready}, 200 if ready else 503)
+        answer: ReadyAnswer = {"ready": ready}
+        return json_response(answer, 200 if ready else 503)
 
-    async def _embedding(self, request: Any, parse: Callable[[bytes], EmbedRequest], error: ErrorBody) -> Any:
+    async def _embedding(self, request: Request, parse: Callable[[bytes], EmbedRequest], error: ErrorBody) -> Response:
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         if self.draining:
             return json_response(error(503, "the service is shutting down: send the request elsewhere"), 503, retry)
@@ -193,7 +227,7 @@ class Gateway:
         else:
             self._idle.set()
 
-    async def _body(self, request: Any) -> bytes:
+    async def _body(self, request: Request) -> bytes:
         """The body, refused unread where its declared length is over the limit."""
         from starlette.requests import ClientDisconnect
 
@@ -246,7 +280,7 @@ class Gateway:
             return False
         return True
 
-    def _authorized(self, request: Any) -> bool:
+    def _authorized(self, request: Request) -> bool:
         """Whether ``request`` carries the key (compared in constant time), or none is set."""
         key = self.settings.api_key
         if key is None:
@@ -286,7 +320,7 @@ async def _within(answer: Awaitable[Any], seconds: float) -> Any:
 
 def json_response(
     body: Any, status: int = 200, headers: Optional[Dict[str, str]] = None, media_type: str = "application/json"
-) -> Any:
+) -> Response:
     """A Starlette response of ``body`` (bytes already written, or something orjson writes)."""
     from starlette.responses import Response
 
