@@ -2,6 +2,7 @@
 repository: ``$SPACY_ELMO_NOX_DIR``, default ``~/.cache/spacy-elmo-nox``).
 
     nox -s matrix      # heavy matrices run once: an empty venv's install, every kernel cap (pytest -m matrix)
+    nox -s serve       # a user's `pip install ".[serve]"`: no Ray, and the one-process service's tests pass
     nox -s compat      # the compatibility matrix: Python, torch, spaCy and numpy versions -> docs/compatibility.md
     nox -s "compat(py3.11, torch 2.15.0)"   # one row of it
 
@@ -72,6 +73,19 @@ def matrix(session: nox.Session) -> None:
     session.install(f"torch=={CI_TORCH}")  # the CPU build first, so nothing pulls CUDA wheels
     session.install("-e", ".[dev]")
     session.run("python", "-m", "pytest", "-q", "-rs", "-m", "matrix", *session.posargs)
+
+
+@nox.session(python="3.11")
+def serve(session: nox.Session) -> None:
+    """A user's `pip install ".[serve]"` in a venv made from nothing (torch first): Ray is not
+    installed, and the one-process service's tests pass (tests/test_serve.py, test_serve_extras.py;
+    the Ray engine's skip), with only what the serve extra brings beside the tests' own tools."""
+    session.install(f"torch=={CI_TORCH}")  # the CPU build first, so nothing pulls CUDA wheels
+    session.install(".[serve]", "pytest>=7", "pytest-xdist>=3.5", "httpx>=0.27", "hypothesis>=6", "openai>=1.40")
+    no_ray = "import importlib.util, sys; sys.exit('ray is installed' if importlib.util.find_spec('ray') else 0)"
+    session.run("python", "-c", no_ray)
+    tests = ["tests/test_serve.py", "tests/test_serve_extras.py", "tests/test_serve_signals.py"]
+    session.run("python", "-m", "pytest", "-q", "-rs", "-n", "0", *tests, *session.posargs)
 
 
 @nox.session
