@@ -348,3 +348,24 @@ def test_a_float16_answer_writes_each_number_in_float16s_shortest_form(alone, to
                 assert all(np.float16(float(shorter)) != value for shorter in fewer_digits(text)), text
             checked += rounded.size
     assert checked > 1000
+
+
+def test_weights_that_cannot_be_fetched_end_serve_with_the_fix_not_a_traceback(tmp_path, monkeypatch):
+    """`serve` of weights it cannot download says what `download` says (where to place each file)
+    and exits 1, as `download` and `embed` do, instead of a traceback of the loading."""
+    from typer.testing import CliRunner
+
+    import spacy_elmo.cli.serve  # noqa: F401  (registers the command)
+    from spacy_elmo.cli.app import app
+
+    monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: the download is refused at once
+    url = f"http://127.0.0.1:{port}/elmo/weights.hdf5"
+    result = CliRunner().invoke(app, ["serve", url, "--port", "0"])
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), output
+    assert "Cannot serve" in output and "Could not reach 1 file(s) of the model" in output, output
+    assert url in output and "Place each file at its path" in output and "Traceback" not in output

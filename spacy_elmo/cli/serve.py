@@ -8,7 +8,7 @@ import typer
 from wasabi import msg
 
 from ..serving.settings import API_KEY_VARIABLE
-from .app import app
+from .app import MODEL_ERRORS, app
 
 REPLICAS = typer.Option(1, help="Copies of the pipeline; above 1, each in its own process on Ray Serve (ray extra).")
 RAY_ADDRESS = typer.Option(None, help="A Ray cluster to join (on Ray Serve, the ray extra; default: this machine).")
@@ -100,7 +100,9 @@ def _serve(**options: Any) -> None:
         )
     try:
         run(settings, on_ready=_ready, on_drain=_drained)
-    except ValueError as err:  # a port in use, a cluster without the GPUs asked for, Ray without Ray Serve's packages
+    except (*MODEL_ERRORS, ValueError) as err:
+        # weights that cannot be fetched or read (what to do, as `download` says it), a port in use, a
+        # cluster without the GPUs asked for, Ray without Ray Serve's packages
         msg.fail("Cannot serve", str(err), exits=1)
 
 
