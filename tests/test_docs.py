@@ -12,13 +12,16 @@ Shell blocks run command by command in the page's folder. ``mkdir``, ``python -m
 ``python -m spacy`` run in this process (as ``python -m`` would: a fresh interpreter per command would cost the
 suite seconds each); any other command makes the test fail until the block is marked. What the
 tests change, and why (``SHELL_RULES``): ``spacy train`` gets a budget of 20 steps (the config's
-3,000 take an hour); ``pip install`` of spacy-elmo is what the tests' environment already is;
+3,000 take an hour); ``pip install`` of spacy-elmo from its clone (``.``, ``".[EXTRAS]"``) is what
+the tests' environment already is, and each extra's packages must be installed in it;
 ``pip install`` of a local package installs it offline, without its dependencies (the environment
 has them), into a folder of the page's that goes on ``sys.path``; pip is told not to reach any index
 (spaCy's ``package`` then builds with setuptools in this environment). docs/training.md's walk then
 checks that the installed pipeline gives the source pipeline's vectors (``test_the_walk_...``).
 """
 
+import importlib.metadata
+import re
 import runpy
 import shlex
 import shutil
@@ -46,9 +49,10 @@ SHIPPED_CONFIG = config_path("upos-elmo")  # what docs/training.md's snippet des
 IN_PROCESS = ("spacy_elmo", "spacy")  # the modules whose `python -m` commands the shell blocks run
 TRAIN_BUDGET = ["--training.max_steps", "20", "--training.eval_frequency", "10"]
 INSTALLED = "installed"  # a page's folder for what its blocks pip-install
+CLONE = re.compile(r"\.(?:\[([\w,-]+)\])?")  # `pip install .` or `".[serve,h5]"` in the clone, quotes gone
 SHELL_RULES = (
     "spacy train: + " + " ".join(TRAIN_BUDGET),
-    "pip install spacy-elmo[...]: already installed",
+    'pip install ".[EXTRAS]": already installed, each extra\'s packages checked',
     f"pip install LOCAL_PATH: --no-deps --no-build-isolation --target {INSTALLED}, offline",
 )
 
@@ -127,14 +131,34 @@ def run_command(words: List[str], monkeypatch) -> None:
 
 
 def install(arguments: List[str], monkeypatch) -> None:
-    """``pip install``: spacy-elmo is installed already; a local path goes into INSTALLED."""
-    if all(argument.startswith("spacy-elmo") for argument in arguments):
+    """``pip install``: spacy-elmo from its clone is installed already (each extra a page names is
+    checked: its packages installed here); a local path goes into INSTALLED."""
+    clone = [CLONE.fullmatch(argument) for argument in arguments]
+    if all(clone):
+        for extra in (name for found in clone if found[1] for name in found[1].split(",")):
+            assert_extra_installed(extra)
         return
     assert all(Path(argument).exists() for argument in arguments), f"not a local package: {arguments}"
     target = Path.cwd() / INSTALLED
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index", "-q"]
     subprocess.run([*pip, "--target", str(target), *arguments], check=True)
     monkeypatch.syspath_prepend(str(target))
+
+
+def assert_extra_installed(extra: str) -> None:
+    """Every package ``extra`` brings (setup.py, read through the installed metadata) is installed."""
+    from packaging.requirements import Requirement
+
+    from spacy_elmo.extras import requirements
+
+    packages = requirements(extra)
+    assert packages, f"the pages name an extra setup.py lacks: [{extra}]"
+    for package in packages:
+        name = Requirement(package).name
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pytest.fail(f'a page installs ".[{extra}]", and its {name} is not installed here')
 
 
 @pytest.fixture(scope="module")

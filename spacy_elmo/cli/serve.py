@@ -59,7 +59,7 @@ def serve(
     flight first.
 
     curl -s localhost:8000/embed -d '{"texts": ["The cat sat."]}'"""
-    from ..serving.service import Stopped, stop_before_serving_on_sigterm
+    from ..serving.sigterm import Stopped, stop_before_serving_on_sigterm
 
     stop_before_serving_on_sigterm()
     try:
@@ -142,7 +142,8 @@ def _check_extras(settings: Any) -> None:
     imported by its engine alone, in its own way (``serving.ray_engine``)."""
     from importlib.util import find_spec
 
-    from ..serving.settings import SERVE_MODULES, install_command
+    from ..extras import install_command
+    from ..serving.settings import SERVE_MODULES
 
     missing = [name for name in SERVE_MODULES if find_spec(name) is None]
     if missing:

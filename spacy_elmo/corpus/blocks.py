@@ -137,7 +137,7 @@ def _parquet_file(path: Path, text_column: str) -> Any:
         import pyarrow.parquet as pq
     except ImportError:
         raise ImportError(
-            f"{path} is Parquet, which needs pyarrow: pip install pyarrow (or spacy-elmo[ray], which has it)."
+            f"{path} is Parquet, which needs pyarrow: pip install pyarrow (the ray extra brings it too)."
         ) from None
     parquet = pq.ParquetFile(path)
     names: Sequence[str] = parquet.schema_arrow.names

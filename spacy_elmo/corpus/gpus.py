@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..extras import install_command
+
 
 def check_gpu(gpu_id: int) -> None:
     """Raise a clear error where torch sees no CUDA GPU ``gpu_id``."""
@@ -37,5 +39,5 @@ def use_gpu(gpu_id: int, allocator: Optional[str] = None) -> None:
 def _no_such_gpu(gpu_id: int, problem: str) -> ValueError:
     return ValueError(
         f"gpu_id {gpu_id}: no such CUDA GPU ({problem}). Run on a machine with an NVIDIA GPU and CUDA "
-        'support (pip install "spacy-elmo[cuda12x]"), or leave --gpu-id at -1 to run on the CPU.'
+        f"support ({install_command('cuda12x')}), or leave --gpu-id at -1 to run on the CPU."
     )

@@ -18,11 +18,10 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
+from ..extras import install_command
 from .blocks import Block
 from .settings import EmbedSettings, Workers
 from .worker import embed_block, load_pipeline
-
-INSTALL = 'pip install "spacy-elmo[ray]"'
 
 
 def import_ray() -> Any:
@@ -30,7 +29,9 @@ def import_ray() -> Any:
         import ray
         import ray.data  # noqa: F401  (Ray Data is its own part of the package)
     except ImportError:
-        raise ImportError(f"--ray and --ray-address run on Ray, which is not installed: {INSTALL}") from None
+        raise ImportError(
+            f"--ray and --ray-address run on Ray, which is not installed: {install_command('ray')}"
+        ) from None
     return ray
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Optional
 from spacy.tokens import Doc, Token
 
 from ..choices import choose
+from ..extras import install_command
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -77,7 +78,7 @@ def lookup_lemmatizer_config(lang: str) -> Dict[str, Any]:
     if importlib.util.find_spec("spacy_lookups_data") is None:
         raise ValueError(
             f"A pipeline for a model that reads lemmas gets spaCy's lemmatizer, whose {lang!r} table comes from "
-            "spacy-lookups-data: pip install 'spacy-elmo[lemmas]' (or spacy-lookups-data) and run it again."
+            f"spacy-lookups-data: {install_command('lemmas')}, and run it again."
         )
     if lang not in registry.lookups or LEMMA_TABLE not in registry.lookups.get(lang):
         raise ValueError(

@@ -6,7 +6,7 @@ hop is to the replica's worker thread and back.
 
 The port is bound before the pipeline loads (a port in use is said at once), and listened on once
 it has loaded: until then a connection is refused rather than left waiting for the load. SIGTERM
-(the service's handler, ``service.ServiceSigterm``, calls ``terminate``) drains: the gateway refuses
+(the service's handler, ``sigterm.ServiceSigterm``, calls ``terminate``) drains: the gateway refuses
 new embedding requests with 503 and waits for those in the service; uvicorn then sends their answers
 and closes. SIGINT stops at once.
 """

@@ -16,11 +16,12 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Set, Tuple, Type
 
+from ..extras import install_command
 from .embedder import Embedded, Embedder
 from .gateway import Gateway
 from .requests import EmbedRequest
-from .service import sigterm_kept
-from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster, install_command
+from .settings import ServeSettings, check_gpus_here, check_gpus_of_cluster
+from .sigterm import sigterm_kept
 
 APP_NAME = "spacy-elmo"
 MOST_ONGOING = 10_000  # requests a deployment takes at once: the gateway's limit, not Ray's, decides
@@ -256,7 +257,7 @@ def _import_ray() -> Any:
 
 def _init_ray(ray: Any, settings: ServeSettings) -> None:
     """``ray.init`` here (or joining the cluster), with the service's SIGTERM handler kept: Ray's own
-    (``sys.exit(15)``) would skip the drain (``service.sigterm_kept``)."""
+    (``sys.exit(15)``) would skip the drain (``sigterm.sigterm_kept``)."""
     with sigterm_kept():
         ray.init(
             address=settings.ray_address,

@@ -8,24 +8,21 @@ continuous batching).
 Signals, from the moment ``run`` is called: SIGTERM before the service answers stops what was
 started and returns (nothing was admitted: ``Stopped``); once it answers, SIGTERM drains (requests
 in the service are answered, new ones refused with 503, for up to ``DRAIN_S`` seconds) and stops;
-SIGINT (Ctrl-C) stops at once. SIGTERM is handled here alone, for both engines (``ServiceSigterm``):
+SIGINT (Ctrl-C) stops at once. SIGTERM is handled in one place for both engines (``sigterm``):
 an engine says what a drain is (``Engine.terminate``) and keeps the handler across what would
-replace it (``sigterm_kept``, around Ray's start).
+replace it (``sigterm.sigterm_kept``, around Ray's start).
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 from .settings import ServeSettings
+from .sigterm import Stopped, service_sigterm
+
+__all__ = ["DRAIN_S", "Engine", "Stopped", "engine_for", "run"]
 
 DRAIN_S = 60.0  # how long SIGTERM waits for the requests in the service
-
-
-class Stopped(Exception):
-    """SIGTERM arrived before the service answered: it stopped without admitting a request."""
 
 
 class Engine(Protocol):
@@ -58,46 +55,6 @@ def engine_for(settings: ServeSettings) -> Engine:
     return ProcessEngine(settings)
 
 
-class ServiceSigterm:
-    """The service's SIGTERM handler: raises ``Stopped`` until ``serving(terminate)``, then calls
-    ``terminate`` (the engine's drain)."""
-
-    def __init__(self) -> None:
-        self.terminate: Optional[Callable[[], None]] = None
-
-    def serving(self, terminate: Callable[[], None]) -> None:
-        """From now on SIGTERM drains: it calls ``terminate``."""
-        self.terminate = terminate
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        if self.terminate is None:
-            raise Stopped("SIGTERM before the service answered")
-        self.terminate()
-
-
-def stop_before_serving_on_sigterm() -> Any:
-    """From now until the service answers, SIGTERM raises ``Stopped`` in the main thread; the
-    handler it replaced."""
-    return signal.signal(signal.SIGTERM, ServiceSigterm())
-
-
-@contextlib.contextmanager
-def sigterm_kept() -> Iterator[None]:
-    """The SIGTERM handler in place before the block, put back after it: for a block that installs its
-    own (Ray's ``ray.init`` installs one that exits, ``sys.exit(15)``, which would skip the drain). A
-    SIGTERM that handler turned into SystemExit(15) meanwhile goes to the handler kept, as it would
-    have gone without the block."""
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        yield
-    except SystemExit as exit_:
-        if exit_.code == signal.SIGTERM and callable(handler):
-            handler(signal.SIGTERM, None)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-
-
 def run(
     settings: ServeSettings,
     on_ready: Callable[[str], None],
@@ -108,16 +65,14 @@ def run(
     ``on_drain(left)`` after a drain, ``left`` the requests unanswered), and stop. Raises
     ``Stopped`` where SIGTERM came first, and a ValueError that says what to fix where the service
     cannot start (a port in use, GPUs missing)."""
-    sigterm = ServiceSigterm()
-    before = signal.signal(signal.SIGTERM, sigterm)
-    running = engine if engine is not None else engine_for(settings)
-    try:
-        running.start()
-        on_ready(running.url)
-        sigterm.serving(running.terminate)
-        running.serve(DRAIN_S, on_drain)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
-        signal.signal(signal.SIGTERM, before)
+    with service_sigterm() as sigterm:
+        running = engine if engine is not None else engine_for(settings)
+        try:
+            running.start()
+            on_ready(running.url)
+            sigterm.serving(running.terminate)
+            running.serve(DRAIN_S, on_drain)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            running.stop()

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..extras import install_command
 from .requests import ServeLimits
 
 DEVICES = ("cpu", "cuda")
@@ -15,11 +16,6 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 API_KEY_VARIABLE = "SPACY_ELMO_API_KEY"
 # What the one-process engine imports beyond the core install: the serve extra (setup.py's SERVE)
 SERVE_MODULES = ("uvicorn", "starlette", "orjson", "prometheus_client")
-
-
-def install_command(extra: str) -> str:
-    """How to install ``extra``: from the package index, and from a clone of the repository."""
-    return f'pip install "spacy-elmo[{extra}]" (in a clone of the repository: pip install ".[{extra}]")'
 
 
 def machine_threads() -> int:
@@ -139,7 +135,7 @@ def check_gpus_here(settings: ServeSettings) -> None:
             settings,
             count,
             f"torch {torch.__version__} sees {count} on this machine (torch.cuda.is_available() is {available})",
-            'run on a machine with NVIDIA GPUs and a torch built with CUDA (pip install "spacy-elmo[cuda12x]")',
+            f"run on a machine with NVIDIA GPUs and a torch built with CUDA ({install_command('cuda12x')})",
         )
 
 

@@ -1,5 +1,5 @@
 """The original ELMo release: ``options.json`` + ``weights.hdf5`` as written by the TensorFlow
-biLM (bilm-tf), read into a BiLM (needs h5py: ``pip install spacy-elmo[h5]``). TensorFlow's LSTM
+biLM (bilm-tf), read into a BiLM (needs h5py, the ``h5`` extra). TensorFlow's LSTM
 gate order and its run-time forget bias are turned into PyTorch's order and a folded bias."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ..extras import install_command
 from ..network.bilm import BiLM
 from ..network.chars import MAX_WORD_LENGTH, N_CHARACTERS
 from ..network.config import BiLMConfig, ConfigError
@@ -45,7 +46,7 @@ def _open_hdf5(path: Path) -> h5py.File:
     try:
         import h5py
     except ImportError:
-        raise WeightsError("Reading original ELMo weights needs h5py: pip install 'spacy-elmo[h5]'") from None
+        raise WeightsError(f"Reading original ELMo weights needs h5py: {install_command('h5')}") from None
     if not path.is_file():
         raise WeightsError(f"{path}: file not found.")
     try:
