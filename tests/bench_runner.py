@@ -4,10 +4,10 @@ test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, nev
 A script's smoke run is declared once, when its test module is imported (``smoke(...)``): its
 measuring runs in order, then its sections rendered again from the results alone. The session's
 ``bench_smokes`` fixture (tests/conftest.py) starts every declared smoke run at the first test that
-asks for one, two at a time in a run of its own (most of a run is one process importing spaCy and
-torch, so two side by side take little more than one) and one at a time in a worker of a run side by
-side (tests/suite_plugin.py), whose other workers use the other cores already. A test then waits for
-its own and checks what it wrote.
+asks for one, two at a time, in a run of its own (most of a run is one process importing spaCy and
+torch, so two side by side take little more than one); in a worker of a run side by side
+(tests/suite_plugin.py), whose other workers use the other cores already, a smoke runs when a test
+first asks for it. A test then checks what its smoke wrote.
 """
 
 from __future__ import annotations
@@ -104,20 +104,32 @@ def perform(declared: Smoke, output: Path) -> Outcome:
 
 
 class SmokeRuns:
-    """Every declared smoke run, started at once, each in a folder under ``base``."""
+    """Every declared smoke run, each in a folder under ``base``. In a run of its own, all started at
+    once, two at a time (the other core is free); in a worker of a run side by side, each when a test
+    first asks for it, in that test (the other workers use the other cores already, and a test that
+    waited for smokes queued before its own could pass the bound on a test's time)."""
 
     def __init__(self, base: Path) -> None:
-        workers = 1 if "PYTEST_XDIST_WORKER" in os.environ else 2
-        self.pool = ThreadPoolExecutor(max_workers=workers)
-        self.started: Dict[str, Future] = {
-            name: self.pool.submit(perform, declared, base / name) for name, declared in DECLARED.items()
-        }
+        self.base = base
+        self.pool: Optional[ThreadPoolExecutor] = None
+        self.started: Dict[str, Future] = {}
+        self.done: Dict[str, Outcome] = {}
+        if "PYTEST_XDIST_WORKER" not in os.environ:
+            self.pool = ThreadPoolExecutor(max_workers=2)
+            self.started = {
+                name: self.pool.submit(perform, declared, base / name) for name, declared in DECLARED.items()
+            }
 
     def outcome(self, name: str) -> Outcome:
-        return self.started[name].result()
+        if self.pool is not None:
+            return self.started[name].result()
+        if name not in self.done:
+            self.done[name] = perform(DECLARED[name], self.base / name)
+        return self.done[name]
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def results(output: Path, name: str) -> Dict[str, Any]:
