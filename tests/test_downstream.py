@@ -182,7 +182,8 @@ def test_without_matplotlib_the_downstream_commands_say_so_first_and_keep_their_
     import pytest
     from conftest import run_report
 
-    from spacy_elmo.training.downstream import centering, metrics, precision
+    from spacy_elmo.training.downstream import centering, precision
+    from spacy_elmo.training.loop.curve import PlotSkipped
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
@@ -190,7 +191,7 @@ def test_without_matplotlib_the_downstream_commands_say_so_first_and_keep_their_
     elmo = {**run, "variant": "elmo", "layer_weights": [0.3, 0.3, 0.4], "gamma": 1.1}
     recorded = {"runs": {"ner-100-baseline": {**run, "variant": "baseline"}, "ner-100-elmo": elmo}, "bilm": {}}
     (tmp_path / "recorded.json").write_text(json.dumps(recorded))
-    with pytest.warns(metrics.PlotSkipped, match=r"downstream.report writes its results without its plot.*train extra"):
+    with pytest.warns(PlotSkipped, match=r"downstream.report writes its results without its plot.*train extra"):
         text = run_report("--recorded", "recorded.json")
     assert "| 1 | 25.00 | 25.00 | +0.00 |" in text and "![layer weights]" not in text
     out = tmp_path / "out"

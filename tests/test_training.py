@@ -114,11 +114,11 @@ def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
 def test_without_matplotlib_a_run_says_so_at_once_and_trains_evaluates_and_checkpoints(corpus, tmp_path, monkeypatch):
     """A missing train extra costs the picture, not the run: the warning comes before the first
     step, and the run's dev evaluations, checkpoints and weights are all there."""
-    from spacy_elmo.training.loop.curve import CurveSkipped
+    from spacy_elmo.training.loop.curve import PlotSkipped
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     run = tmp_path / "run"
-    with pytest.warns(CurveSkipped, match=r"matplotlib is not installed .*train extra.*matplotlib>=3\.5") as seen:
+    with pytest.warns(PlotSkipped, match=r"matplotlib is not installed .*train extra.*matplotlib>=3\.5") as seen:
         train(config(corpus, max_steps=4, eval_every=2, checkpoint_every=2), run)
     assert len(seen.list) == 1, "said once, when the run starts"
     assert [line["step"] for line in log_lines(run) if "dev_ppl" in line] == [2, 4]

@@ -27,7 +27,8 @@ import typer
 from spacy_elmo.pipeline.centering import CENTERING_TOKENS, Centering
 
 from ..corpus import read_sentences
-from .metrics import plots_here, pyplot, save_metrics, save_plot
+from ..loop.curve import plots_here
+from .metrics import pyplot, save_metrics, save_plot
 from .similarity import SETS, pair_layers, parse_sets, read_pairs, spearman
 from .vectors import compared_mixes, kind_vectors, row_cosines, word_layers
 from .wic import EXAMPLES, GOLD, accuracies, read_splits, target_layers
@@ -167,7 +168,7 @@ def main(
     """Raw against centred vectors: anisotropy, WiC and word similarity per correction."""
     import spacy
 
-    drawing = plots_here("downstream.centering")
+    drawing = plots_here("downstream.centering writes its results")
     nlp = spacy.load(elmo)
     reference = reference_vectors(nlp, text, tokens)
     corrections = estimate_corrections(reference, sorted(set(directions)))

@@ -4,7 +4,6 @@ directory (the project's, as project.yml runs the commands); and how the plots a
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any, Dict
 
@@ -21,26 +20,6 @@ def load_metrics(name: str, folder: Path = METRICS) -> Dict[str, Any]:
     """The scores saved as ``name``; empty when that step has not run."""
     path = folder / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-class PlotSkipped(UserWarning):
-    """A command writes its numbers without its plot: matplotlib (the ``train`` extra) is missing."""
-
-
-def plots_here(command: str) -> bool:
-    """Whether ``command`` can draw its plot, decided when it starts: matplotlib imports; where it
-    does not, a warning now (not after the runs) that the numbers will come without the picture."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as missing:
-        warnings.warn(
-            f"{command} writes its results without its plot: matplotlib is not installed ({missing}). It comes "
-            'with the train extra; pip install "matplotlib>=3.5" adds it.',
-            PlotSkipped,
-            stacklevel=2,
-        )
-        return False
-    return True
 
 
 def pyplot():

@@ -21,7 +21,8 @@ import typer
 from spacy_elmo.cli.tasks import precision_parameter
 from spacy_elmo.kernels.precision import PRECISIONS
 
-from .metrics import METRICS, plots_here, pyplot, save_metrics, save_plot
+from ..loop.curve import plots_here
+from .metrics import METRICS, pyplot, save_metrics, save_plot
 from .tasks import check_run, run, run_name
 
 TASK, SIZE, VARIANT = "upos", 1, "elmo"
@@ -100,7 +101,7 @@ def main(
 ) -> None:
     """Train and evaluate upos 1% +ELMo in each precision; summarize against fp32."""
     chosen = check_precisions(precisions)
-    drawing = plots_here("downstream.precision")
+    drawing = plots_here("downstream.precision writes its results")
     for precision in chosen:
         check_run(TASK, SIZE, VARIANT, elmo, seeds, precision)
     runs_by_precision = {p: run(TASK, SIZE, VARIANT, data, elmo, runs, seeds, p, metrics) for p in chosen}

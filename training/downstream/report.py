@@ -18,7 +18,8 @@ import typer
 from spacy_elmo.files import atomic_write_text
 from spacy_elmo.kernels.machine import cpu_description
 
-from .metrics import METRICS, load_metrics, plots_here, pyplot, save_plot
+from ..loop.curve import plots_here
+from .metrics import METRICS, load_metrics, pyplot, save_plot
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -105,7 +106,7 @@ def main(
 ) -> None:
     """Collect metrics/downstream/*.json into RESULTS.md, bench/results/downstream.json and
     bench/results/downstream-layer-weights.png."""
-    drawing = plots_here("downstream.report")
+    drawing = plots_here("downstream.report writes its results")
     record = json.loads(recorded.read_text()) if recorded else {}
     runs = {p.stem: json.loads(p.read_text()) for p in METRICS.glob("*-*-*.json") if not p.name.endswith(".test.json")}
     runs = {name: run for name, run in runs.items() if run.get("precision", "fp32") == "fp32"}  # bf16, int8: section 7

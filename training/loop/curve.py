@@ -7,32 +7,41 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
+from spacy_elmo.extras import install_command
 from spacy_elmo.files import atomic_write
 
 # (RUN/log.jsonl, the PNG to write) -> the PNG written
 CurveDrawer = Callable[[Path, Path], object]
 
 
-class CurveSkipped(UserWarning):
-    """A run goes on without its learning curve: matplotlib (the ``train`` extra) is missing."""
+class PlotSkipped(UserWarning):
+    """A command goes on without its plot: matplotlib (the ``train`` extra) is missing."""
 
 
-def curve_drawer(warn: bool = True) -> CurveDrawer:
-    """How a run draws its curve, decided when it starts: ``plot_learning_curve`` where matplotlib
-    imports; else nothing, said once now (where ``warn``: the process that writes the run), so that
-    a missing extra costs the picture and not the training before the first evaluation."""
+def plots_here(what: str, warn: bool = True) -> bool:
+    """Whether matplotlib imports, asked when a command starts, so that a missing extra costs the
+    picture and not the work before it; where it does not, a warning now (where ``warn``) that
+    ``what`` goes on without its plot."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as missing:
         if warn:
             warnings.warn(
-                f"matplotlib is not installed ({missing}): this run writes no curve.png, and trains, evaluates and "
-                'checkpoints as usual. It comes with the train extra; pip install "matplotlib>=3.5" adds it.',
-                CurveSkipped,
-                stacklevel=2,
+                f"{what} without its plot: matplotlib is not installed ({missing}). It comes with the train "
+                f"extra: {install_command('train')}.",
+                PlotSkipped,
+                stacklevel=3,
             )
-        return lambda log_path, png_path: None
-    return plot_learning_curve
+        return False
+    return True
+
+
+def curve_drawer(warn: bool = True) -> CurveDrawer:
+    """How a run draws its curve, decided when it starts: ``plot_learning_curve`` where matplotlib
+    imports (``plots_here``; ``warn``: the process that writes the run says so), else nothing."""
+    if plots_here("this run trains, evaluates and checkpoints as usual, and writes no curve.png", warn):
+        return plot_learning_curve
+    return lambda log_path, png_path: None
 
 
 def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float] = None, title: str = "") -> Path:
