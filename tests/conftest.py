@@ -175,3 +175,14 @@ def bench_smokes(tmp_path_factory):
     runs = SmokeRuns(tmp_path_factory.mktemp("bench-smokes"))
     yield runs
     runs.close()
+
+
+def setup_extras() -> dict:
+    """setup.py's extras_require as setup.py computes it (run with setuptools' ``setup`` recorded):
+    extra -> its requirement strings."""
+    import runpy
+    from unittest import mock
+
+    with mock.patch("setuptools.setup") as setup:
+        runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
+    return setup.call_args.kwargs["extras_require"]

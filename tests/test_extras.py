@@ -4,34 +4,17 @@ clone; never the package index's name alone, which finds nothing while spacy-elm
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
+from conftest import ROOT, setup_extras
 from packaging.requirements import Requirement
 
 from spacy_elmo.extras import install_command, requirements
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def extras_of_setup_py():
-    """setup.py's extras_require, as its own code computes it (the module run with setup() caught)."""
-    import setuptools
-
-    caught = {}
-    original = setuptools.setup
-    setuptools.setup = lambda **arguments: caught.update(arguments)
-    try:
-        code = compile((ROOT / "setup.py").read_text(), str(ROOT / "setup.py"), "exec")
-        exec(code, {"__file__": str(ROOT / "setup.py"), "__name__": "__main__"})
-    finally:
-        setuptools.setup = original
-    return caught["extras_require"]
-
-
-@pytest.mark.parametrize("extra", sorted(set(extras_of_setup_py()) - {"dev"}))
+@pytest.mark.parametrize("extra", sorted(set(setup_extras()) - {"dev"}))
 def test_each_extra_is_installed_by_the_command_its_messages_give(extra):
-    declared = [Requirement(line) for line in extras_of_setup_py()[extra]]
+    declared = [Requirement(line) for line in setup_extras()[extra]]
     here = [r for r in declared if r.marker is None or r.marker.evaluate()]
     assert sorted(str(Requirement(line)) for line in requirements(extra)) == sorted(
         str(Requirement(f"{r.name}{'[' + ','.join(sorted(r.extras)) + ']' if r.extras else ''}{r.specifier}"))

@@ -3,13 +3,11 @@ Ray; `[ray]` adds Ray Serve for `--replicas N`, `--ray-address` and `--engine ra
 one-process engine serves every route, and asking for Ray fails before the model loads with the
 extra to install."""
 
-import runpy
 import subprocess
 import sys
-from unittest import mock
 
 import pytest
-from conftest import ROOT, with_this_checkout
+from conftest import setup_extras, with_this_checkout
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -22,13 +20,8 @@ from spacy_elmo.serving.settings import SERVE_MODULES  # noqa: E402
 
 
 def extras() -> dict:
-    """setup.py's extras_require, as setup.py computes it (run with setuptools' ``setup`` recorded)."""
-    with mock.patch("setuptools.setup") as setup:
-        runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
-    return {
-        extra: [Requirement(line) for line in requirements]
-        for extra, requirements in setup.call_args.kwargs["extras_require"].items()
-    }
+    """setup.py's extras, each as parsed requirements."""
+    return {extra: [Requirement(line) for line in lines] for extra, lines in setup_extras().items()}
 
 
 def names(requirements) -> set:
