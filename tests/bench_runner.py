@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from suite_plugin import side_by_side
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 MEASURED = "BENCHMARKS.measured.md"  # the file as the measuring runs left it, beside the one rendered again
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -114,7 +116,7 @@ class SmokeRuns:
         self.pool: Optional[ThreadPoolExecutor] = None
         self.started: Dict[str, Future] = {}
         self.done: Dict[str, Outcome] = {}
-        if "PYTEST_XDIST_WORKER" not in os.environ:
+        if not side_by_side():
             self.pool = ThreadPoolExecutor(max_workers=2)
             self.started = {
                 name: self.pool.submit(perform, declared, base / name) for name, declared in DECLARED.items()

@@ -85,14 +85,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: object):
             log.write(f"{item.nodeid}\t{time.perf_counter() - started:.2f}\t{cpu_seconds() - cpu:.2f}\n")
 
 
+def side_by_side() -> bool:
+    """Whether this process is a worker of a run side by side (the other workers use the other cores)."""
+    return "PYTEST_XDIST_WORKER_COUNT" in os.environ
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return workers_for(os.cpu_count() or 1)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if workers is not None:
-        threads = max(1, (os.cpu_count() or 1) // int(workers))
+    if side_by_side():
+        threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
         os.environ["OMP_NUM_THREADS"] = str(threads)
         os.environ["RAY_worker_niceness"] = "0"
         import torch
