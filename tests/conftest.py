@@ -12,6 +12,11 @@ SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 # `python -m build` that spaCy's `package` runs (offline it fails, and spaCy falls back to setuptools
 # here). The matrix's install into an empty venv is the one test that asks the index, on purpose.
 os.environ["PIP_NO_INDEX"] = "1"
+# Ray's usage statistics off, for Ray started here and in every subprocess: with them on, Ray Data's
+# executor thread queries a Prometheus on localhost:9090 after each run and logs the failure with its
+# traceback while later tests run; on Python 3.11, formatting that traceback (ast.parse) beside a test's own
+# ast.parse broke the test with "AST constructor recursion depth mismatch" (CPython gh-106905).
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
 pytest_plugins = ["suite_plugin", "pytester"]  # suite_plugin: workers, threads, groups, the bound on a test
 
