@@ -11,14 +11,16 @@ version = next(
 
 # `serve` on its default engine (one replica in this process): uvicorn serves the gateway, which reads
 # and answers with starlette's requests and responses, writes JSON with orjson and metrics with
-# prometheus_client; uvicorn runs on uvloop and httptools where they are installed (its "auto"),
-# as the benchmarks were measured (BENCHMARKS.md). Ray is not among them: see "ray". Tested with
-# uvicorn 0.54, starlette 1.10, orjson 3.13, prometheus_client 0.26, uvloop 0.23, httptools 0.9.
+# prometheus_client, and its OpenAPI document from msgspec types (serving/api_types.py); uvicorn
+# runs on uvloop and httptools where they are installed (its "auto"), as the benchmarks were
+# measured (BENCHMARKS.md). Ray is not among them: see "ray". Tested with
+# uvicorn 0.54, starlette 1.10, orjson 3.13, prometheus_client 0.26, msgspec 0.23, uvloop 0.23, httptools 0.9.
 SERVE = [
     "uvicorn>=0.26",
     "starlette>=0.37",
     "orjson>=3.9",
     "prometheus_client>=0.17",
+    "msgspec>=0.18",
     "httptools>=0.6",
     "uvloop>=0.19; sys_platform != 'win32'",
 ]
@@ -41,7 +43,10 @@ setup(
     packages=find_packages(include=["spacy_elmo", "spacy_elmo.*"])
     + [f"spacy_elmo.{name}" for name in find_packages(include=["training", "training.*"])],
     package_dir={"spacy_elmo.training": "training"},
-    package_data={"spacy_elmo": ["py.typed", "tasks/configs/*.cfg"], "spacy_elmo.training": ["configs/*.json"]},
+    package_data={
+        "spacy_elmo": ["py.typed", "tasks/configs/*.cfg", "serving/docs_page.html"],
+        "spacy_elmo.training": ["configs/*.json"],
+    },
     python_requires=">=3.10",
     install_requires=[
         # What the compatibility matrix passed (docs/compatibility.md, `nox -s compat`); torch open

@@ -18,7 +18,7 @@ os.environ["PIP_NO_INDEX"] = "1"
 # ast.parse broke the test with "AST constructor recursion depth mismatch" (CPython gh-106905).
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 FIXTURE = SHARED / "fixtures" / "elmo-allennlp"
-pytest_plugins = ["suite_plugin", "pytester"]  # suite_plugin: workers, threads, groups, the bound on a test
+pytest_plugins = ["suite_plugin", "pytester", "served_schema"]  # served_schema: serve's answers checked against its API
 
 
 def _require(path: Path) -> Path:

@@ -529,7 +529,7 @@ def test_the_route_table_decides_where_a_request_goes_and_its_404s_and_405s(monk
 
     got = talk(gateway, conversation)
     assert got["echo"].status_code == 200 and got["echo"].json() == {"echo": "/echo"}, "open: no key asked"
-    routes = "POST /embed, /v1/embeddings; GET /metadata, /metrics, /health, /ready"
+    routes = "POST /embed, /v1/embeddings; GET /metadata, /metrics, /health, /ready, /openapi.json, /docs"
     assert got["echo by GET"].status_code == 405 and got["echo by GET"].json()["error"].startswith("/echo takes PUT")
     assert got["nowhere"].status_code == 404 and got["nowhere"].json()["error"] == f"no route GET /nowhere: {routes}"
     embed = got["embed by GET"]

@@ -7,9 +7,12 @@ the replicas that embed (``Replicas``: the pipeline in this process, or Ray Serv
     GET  /metrics          Prometheus text (``metrics``)
     GET  /health           the service is up (open without a key)
     GET  /ready            a replica answers and the service is not draining (open without a key)
+    GET  /openapi.json     the OpenAPI document of these routes (``openapi``; open without a key)
+    GET  /docs             a page that shows it (open without a key)
 
 ``ROUTES`` (below the gateway) is where a request is routed: each path's method, handler, whether it
-is open without the key and the form of its errors; 404 and 405 are answered from it.
+is open without the key, the form of its errors, and its typed request and answers (``api_types``),
+which the OpenAPI document is written from once, at start; 404 and 405 are answered from it.
 
 In order, an embedding request is: checked for the key (401), refused while draining (503) or
 beyond ``max_concurrent_requests`` (429, both with ``Retry-After``), read and checked (4xx, see
@@ -37,15 +40,27 @@ from typing import (
     Protocol,
     Tuple,
     Type,
-    TypedDict,
 )
 
+import msgspec
 import orjson
 
+from .api_types import (
+    EmbedAnswer,
+    ErrorAnswer,
+    HealthAnswer,
+    MetadataAnswer,
+    OpenAIEmbeddingsAnswer,
+    OpenAIErrorAnswer,
+    ReadyAnswer,
+    embed_request_body,
+    openai_request_body,
+)
 from .embedder import Embedded
 from .metrics import CONTENT_TYPE, ServiceMetrics
 from .openai_api import openai_error, parse_openai_request
-from .requests import BadRequest, EmbedRequest, check_body_size, parse_request
+from .openapi import docs_page, openapi_json
+from .requests import BadRequest, EmbedRequest, ServeLimits, check_body_size, parse_request
 from .settings import ServeSettings
 
 if TYPE_CHECKING:  # for the checker; at run time starlette is imported where a request arrives, as before
@@ -59,37 +74,45 @@ READY_WAIT_S = 2.0  # how long /ready waits for a replica to answer
 logger = logging.getLogger(__name__)
 
 
-class ErrorAnswer(TypedDict):
-    """The body of an error on every route but /v1/embeddings (OpenAI's form there: ``openai_error``)."""
+@dataclass(frozen=True)
+class ErrorForm:
+    """How a route writes its errors: ``body`` (status and message to the JSON body) and ``type``
+    (the Struct of its shape, for the OpenAPI document)."""
 
-    error: str
+    body: Callable[[int, str], Mapping[str, object]]
+    type: Any
 
-
-class HealthAnswer(TypedDict):
-    status: str  # "ok"
-
-
-class ReadyAnswer(TypedDict):
-    ready: bool
+    def __call__(self, status: int, message: str) -> Mapping[str, object]:
+        return self.body(status, message)
 
 
-ErrorBody = Callable[[int, str], Mapping[str, object]]  # an error's status and message to its body
-
-
-def _error(status: int, message: str) -> ErrorAnswer:
+def _error(status: int, message: str) -> Mapping[str, object]:
     return {"error": message}
+
+
+PLAIN_ERRORS = ErrorForm(_error, ErrorAnswer)
+OPENAI_ERRORS = ErrorForm(openai_error, OpenAIErrorAnswer)
 
 
 @dataclass(frozen=True)
 class Route:
     """What answers a path (``ROUTES``, below the gateway): the ``method`` it takes, the ``handler``
     (a ``Gateway`` method: the request and ``error`` to the answer), whether it is ``open`` without
-    the key, and the form of its errors (``error``: status and message to the body)."""
+    the key, the form of its errors (``error``), and for the OpenAPI document: a ``summary``, the
+    ``body`` it reads (the service's limits to its Struct type; None: no body), the ``answer``'s
+    Struct type (None: any) of ``media_type``, the statuses ``answered`` in it, and the statuses of
+    ``refusals`` in the error form (401 and 405 go without saying)."""
 
     method: str
-    handler: Callable[["Gateway", Request, ErrorBody], Awaitable[Response]]
+    handler: Callable[["Gateway", Request, ErrorForm], Awaitable[Response]]
     open: bool = False
-    error: ErrorBody = _error
+    error: ErrorForm = PLAIN_ERRORS
+    summary: str = ""
+    body: Optional[Callable[[ServeLimits], Any]] = None
+    answer: Any = None
+    media_type: str = "application/json"
+    answered: Tuple[int, ...] = (200,)
+    refusals: Tuple[int, ...] = ()
 
 
 class ReplicaUnavailable(Exception):
@@ -120,6 +143,8 @@ class Gateway:
         self._idle = asyncio.Event()  # set while no embedding request is in the service
         self._idle.set()
         self._width: Optional[int] = None  # the model's vector width, once a replica said it
+        self.openapi = openapi_json(ROUTES, settings.limits)  # ROUTES as it is now: a test adds a route
+        self.page = docs_page()
 
     async def __call__(self, request: Request) -> Response:
         """``request``: a Starlette request; the answer, a Starlette response."""
@@ -159,7 +184,7 @@ class Gateway:
         the key (but on open routes), 405 for another method."""
         route = ROUTES.get(path)
         if route is None:
-            return json_response(_error(404, f"no route {request.method} {path}: {ROUTE_LIST}"), 404)
+            return json_response(PLAIN_ERRORS(404, f"no route {request.method} {path}: {ROUTE_LIST}"), 404)
         if not route.open and not self._authorized(request):
             message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
             return json_response(route.error(401, message), 401, {"WWW-Authenticate": "Bearer"})
@@ -167,10 +192,10 @@ class Gateway:
             return json_response(route.error(405, f"{path} takes {route.method}: {ROUTE_LIST}"), 405)
         return await route.handler(self, request, route.error)
 
-    async def _embed(self, request: Request, error: ErrorBody) -> Response:
+    async def _embed(self, request: Request, error: ErrorForm) -> Response:
         return await self._embedding(request, lambda body: parse_request(body, self.settings.limits), error)
 
-    async def _openai_embeddings(self, request: Request, error: ErrorBody) -> Response:
+    async def _openai_embeddings(self, request: Request, error: ErrorForm) -> Response:
         try:
             width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
         except self.replicas.lost + (asyncio.TimeoutError,) as lost:
@@ -180,22 +205,26 @@ class Gateway:
             request, lambda body: parse_openai_request(body, self.settings.limits, width), error
         )
 
-    async def _metadata(self, request: Request, error: ErrorBody) -> Response:
+    async def _metadata(self, request: Request, error: ErrorForm) -> Response:
         return json_response(await self._about())
 
-    async def _metrics(self, request: Request, error: ErrorBody) -> Response:
+    async def _metrics(self, request: Request, error: ErrorForm) -> Response:
         return json_response(self.metrics.text(), media_type=CONTENT_TYPE)
 
-    async def _health(self, request: Request, error: ErrorBody) -> Response:
-        health: HealthAnswer = {"status": "ok"}
-        return json_response(health)
+    async def _health(self, request: Request, error: ErrorForm) -> Response:
+        return json_response(msgspec.json.encode(HealthAnswer("ok")))
 
-    async def _ready(self, request: Request, error: ErrorBody) -> Response:
+    async def _ready(self, request: Request, error: ErrorForm) -> Response:
         ready = not self.draining and await self._replica_answers()
-        answer: ReadyAnswer = {"ready": ready}
-        return json_response(answer, 200 if ready else 503)
+        return json_response(msgspec.json.encode(ReadyAnswer(ready)), 200 if ready else 503)
 
-    async def _embedding(self, request: Request, parse: Callable[[bytes], EmbedRequest], error: ErrorBody) -> Response:
+    async def _openapi(self, request: Request, error: ErrorForm) -> Response:
+        return json_response(self.openapi)
+
+    async def _docs(self, request: Request, error: ErrorForm) -> Response:
+        return json_response(self.page, media_type="text/html; charset=utf-8")
+
+    async def _embedding(self, request: Request, parse: Callable[[bytes], EmbedRequest], error: ErrorForm) -> Response:
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         if self.draining:
             return json_response(error(503, "the service is shutting down: send the request elsewhere"), 503, retry)
@@ -291,12 +320,38 @@ class Gateway:
 
 # Every route: where a request is routed, and what 404 and 405 answers list
 ROUTES: Dict[str, Route] = {
-    "/embed": Route("POST", Gateway._embed),
-    "/v1/embeddings": Route("POST", Gateway._openai_embeddings, error=openai_error),
-    "/metadata": Route("GET", Gateway._metadata),
-    "/metrics": Route("GET", Gateway._metrics),
-    "/health": Route("GET", Gateway._health, open=True),
-    "/ready": Route("GET", Gateway._ready, open=True),
+    "/embed": Route(
+        "POST",
+        Gateway._embed,
+        summary="Docs in (texts or words), each doc's, sentence's and token's vectors out",
+        body=embed_request_body,
+        answer=EmbedAnswer,
+        refusals=(400, 413, 422, 429, 503),
+    ),
+    "/v1/embeddings": Route(
+        "POST",
+        Gateway._openai_embeddings,
+        error=OPENAI_ERRORS,
+        summary="OpenAI's embeddings API: each input's vector (the doc's)",
+        body=openai_request_body,
+        answer=OpenAIEmbeddingsAnswer,
+        refusals=(400, 413, 422, 429, 503),
+    ),
+    "/metadata": Route(
+        "GET", Gateway._metadata, summary="The pipeline, the biLM and the service's settings", answer=MetadataAnswer
+    ),
+    "/metrics": Route("GET", Gateway._metrics, summary="Prometheus's text format", media_type="text/plain"),
+    "/health": Route("GET", Gateway._health, open=True, summary="The service answers", answer=HealthAnswer),
+    "/ready": Route(
+        "GET",
+        Gateway._ready,
+        open=True,
+        summary="A replica answers and the service is not draining (503 otherwise)",
+        answer=ReadyAnswer,
+        answered=(200, 503),
+    ),
+    "/openapi.json": Route("GET", Gateway._openapi, open=True, summary="This document (OpenAPI 3.1)"),
+    "/docs": Route("GET", Gateway._docs, open=True, summary="A page that shows this document", media_type="text/html"),
 }
 
 

@@ -15,7 +15,7 @@ ENGINES = ("auto", "process", "ray")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 API_KEY_VARIABLE = "SPACY_ELMO_API_KEY"
 # What the one-process engine imports beyond the core install: the serve extra (setup.py's SERVE)
-SERVE_MODULES = ("uvicorn", "starlette", "orjson", "prometheus_client")
+SERVE_MODULES = ("uvicorn", "starlette", "orjson", "prometheus_client", "msgspec")
 
 
 def machine_threads() -> int:
