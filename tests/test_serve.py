@@ -294,6 +294,16 @@ def test_metadata_health_and_readiness(service, alone):
     assert httpx.get(f"{service}/ready", timeout=10).json() == {"ready": True}
 
 
+def test_the_api_document_and_its_page_are_served_without_a_key(service):
+    """docs/serving.md's `curl .../openapi.json`: every route in it; /docs, the page that shows it."""
+    from spacy_elmo.serving.gateway import ROUTES
+
+    document = httpx.get(f"{service}/openapi.json", timeout=10).json()
+    assert document["openapi"] == "3.1.0" and set(document["paths"]) == set(ROUTES), sorted(document["paths"])
+    page = httpx.get(f"{service}/docs", timeout=10)
+    assert page.status_code == 200 and "openapi.json" in page.text
+
+
 def test_a_local_service_listens_on_loopback_only(served):
     """Every socket the service's processes listen on is on 127.0.0.1 (what it was asked for)."""
     pids = [served.process.pid, *session_processes(served.process.pid)]
