@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
+from spacy_elmo.cli.failure import VERBOSE, fail, show_tracebacks
 from spacy_elmo.progress import progress_bar
 from spacy_elmo.weights.native import load_bilm
 
@@ -192,7 +193,7 @@ def _dev_record(state: RunState, scores: Dict[str, float], text: str, prefix: st
     }
 
 
-app = typer.Typer(add_completion=False)
+app = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
 
 
 @app.command()
@@ -202,9 +203,16 @@ def main(
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory (resumed if it has checkpoints)."),
     set_: List[str] = typer.Option([], "--set", help="key=value overriding the config (JSON values)."),
+    verbose: bool = VERBOSE,
 ) -> None:
     """Pretrain (or resume, or continue training) a biLM."""
-    state = train(TrainConfig.load(config, set_), output)
+    show_tracebacks(verbose)
+    try:
+        state = train(TrainConfig.load(config, set_), output)
+    except (ValueError, OSError) as err:
+        # a setting the run cannot start with (a corpus or vocabulary not there, a value out of range)
+        # or a file it cannot read or write: the message says which
+        fail("Cannot pretrain", err)
     if int(os.environ.get("RANK", "0")) == 0:
         typer.echo(
             f"Done: {state.step} steps, {state.tokens:,} tokens; dev perplexity {state.final_dev:.2f} on the "

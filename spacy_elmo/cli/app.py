@@ -14,6 +14,8 @@ from ..hub.download import DownloadError, RemoteFile
 from ..network.config import ConfigError
 from ..weights.native import WeightsError, load_bilm, save_bilm
 from ..weights.original import import_original
+from .failure import VERBOSE, fail, show_tracebacks
+from .languages import language_parameter
 
 if TYPE_CHECKING:
     from ..network.bilm import BiLM
@@ -21,7 +23,21 @@ if TYPE_CHECKING:
 # What the commands on models report as a failure, with its message (not a traceback)
 MODEL_ERRORS = (WeightsError, ConfigError, DownloadError, UnknownModelError, FileExistsError)
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="ELMo biLMs for spaCy.")
+# Help in click's plain layout, which wraps at the terminal's width where rich's tables cut long option
+# names ("--max-concurrent-reque…" in 80 columns); tracebacks without their locals, which hold API keys.
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="ELMo biLMs for spaCy.",
+    rich_markup_mode=None,
+    pretty_exceptions_show_locals=False,
+)
+
+
+@app.callback()
+def main(verbose: bool = VERBOSE) -> None:
+    """Options of every command (before its name: python -m spacy_elmo --verbose serve ...)."""
+    show_tracebacks(verbose)
 
 
 @app.command()
@@ -35,7 +51,7 @@ def convert(
         bilm = import_original(options, weights)
         save_bilm(bilm, output)
     except (WeightsError, ConfigError) as err:
-        msg.fail("Conversion failed", str(err), exits=1)
+        fail("Conversion failed", err)
     msg.good(f"Saved the biLM to {output}", describe_bilm(bilm))
 
 
@@ -55,7 +71,7 @@ def convert_efml(
         with atomic_directory(output) as temporary:
             save_bilm(bilm, temporary)
     except MODEL_ERRORS as err:
-        msg.fail("Conversion failed", str(err), exits=1)
+        fail("Conversion failed", err)
     msg.good(f"Saved the biLM to {output}", describe_bilm(bilm))
 
 
@@ -70,6 +86,9 @@ def models(
 
     input: what a model reads of a token, the text (ORTH) or lemmas (LEMMA, from a lemmatizer)."""
     chosen = models_for_language(language) if language else list(CATALOGUE.values())
+    if not chosen:
+        languages = ", ".join(sorted({model.language for model in CATALOGUE.values()}))
+        fail(f"No published model in the language {language!r}", fix=f"The catalogue's languages: {languages}.")
     rows = [(m.name, m.language, m.format, m.input_attr, m.parameters or "?", m.trained_on[:60]) for m in chosen]
     msg.table(rows, header=("name", "language", "format", "input", "parameters", "trained on"), divider=True)
     if files:
@@ -104,7 +123,7 @@ def download(
         download_model(name, output, options=options, weights=weights, cache=cache)
         bilm = load_bilm(output)
     except (*MODEL_ERRORS, ValueError) as err:
-        msg.fail("Download failed", str(err), exits=1)
+        fail("Download failed", err)
     msg.good(f"Saved the biLM '{name}' to {output}", describe_bilm(bilm))
 
 
@@ -117,7 +136,12 @@ def package(
     ),
     output: Path = typer.Argument(..., help="Directory for the package (made where it does not exist)."),
     version: str = typer.Option("0.0.1", "--version", help="Package version."),
-    lang: str = typer.Option(None, "--lang", help="spaCy language of the pipeline (default: the model's, else en)."),
+    lang: str = typer.Option(
+        None,
+        "--lang",
+        callback=language_parameter,
+        help="spaCy language of the pipeline (default: the model's, else en).",
+    ),
     name: str = typer.Option(None, "--name", help="The pipeline's name, elmo_NAME (default: the model's or folder's)."),
     centering_text: Path = typer.Option(
         None,
@@ -134,7 +158,7 @@ def package(
     try:
         folder = package_weights(weights, output, version, lang, name, centering_text)
     except (*MODEL_ERRORS, ImportError, ValueError) as err:
-        msg.fail("Packaging failed", str(err), exits=1)
+        fail("Packaging failed", err)
     wheels = sorted(folder.glob("dist/*.whl"))
     msg.good(f"Packaged {folder.name}", f"pip install {wheels[0] if wheels else folder}")
 

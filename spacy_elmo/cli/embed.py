@@ -9,6 +9,8 @@ import typer
 from wasabi import msg
 
 from .app import app
+from .failure import fail
+from .languages import language_parameter
 
 INPUT = typer.Argument(
     ..., help="UTF-8 text, one sentence or paragraph per line; a folder of such files; or .parquet files."
@@ -27,6 +29,7 @@ WEIGHTS = typer.Option(
 LANG = typer.Option(
     None,
     "--lang",
+    callback=language_parameter,
     help="With --weights: the spaCy language that tokenizes (default: a catalogue model's language, else en).",
 )
 LAYERS = typer.Option(
@@ -108,7 +111,7 @@ def embed(
         place = Workers(bool(ray or ray_address), ray_address, workers, gpus_per_worker, gpu_id)
         report = embed_corpus(input_path, output_folder, settings, place, merge_into=merge_hdf5)
     except (OSError, ValueError, ImportError) as err:
-        msg.fail("Embedding failed", str(err), exits=1)
+        fail("Embedding failed", err)
     msg.good(
         f"Wrote {_count(report.lines, 'line')} in {_count(report.blocks, 'block')} to {output_folder} "
         f"({len(report.computed)} computed now, {report.blocks - len(report.computed)} there before)"

@@ -12,6 +12,7 @@ from wasabi import msg
 from ..network.config import BiLMConfig, ConfigError
 from ..weights.native import WeightsError, load_bilm
 from .app import app, describe_bilm
+from .failure import fail
 
 if TYPE_CHECKING:
     from ..kernels.advice import Advice
@@ -30,13 +31,13 @@ def info(
 ) -> None:
     """Show a native biLM's configuration and size, or (--machine) what each precision runs here."""
     if path is None and not machine:
-        msg.fail("Give a biLM directory, or --machine", exits=1)
+        fail("Give a biLM directory, or --machine", fix="python -m spacy_elmo info --help")
     bilm = None
     if path is not None:
         try:
             bilm = load_bilm(path)
         except (WeightsError, ConfigError) as err:
-            msg.fail("Cannot load the biLM", str(err), exits=1)
+            fail("Cannot load the biLM", err)
     if machine:
         config = bilm.config if bilm is not None else BiLMConfig.preset("original")
         _machine_report(config, "this biLM" if bilm is not None else "the original model")

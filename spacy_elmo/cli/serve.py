@@ -9,6 +9,8 @@ from wasabi import msg
 
 from ..serving.settings import API_KEY_VARIABLE
 from .app import MODEL_ERRORS, app
+from .failure import fail
+from .languages import language_parameter
 
 REPLICAS = typer.Option(1, help="Copies of the pipeline; above 1, each in its own process on Ray Serve (ray extra).")
 RAY_ADDRESS = typer.Option(None, help="A Ray cluster to join (on Ray Serve, the ray extra; default: this machine).")
@@ -40,7 +42,9 @@ def serve(
     ),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, help="Port to listen on (0: any free port, printed once listening)."),
-    lang: str = typer.Option(None, help="Language of the blank pipeline around weights (default: the model's)."),
+    lang: str = typer.Option(
+        None, callback=language_parameter, help="Language of the blank pipeline around weights (default: the model's)."
+    ),
     replicas: int = REPLICAS,
     threads: int = typer.Option(0, help="Torch threads per replica (0: the machine's CPU count)."),
     max_batch_tokens: int = typer.Option(4096, help="A free replica takes the requests waiting, up to so many tokens."),
@@ -92,6 +96,12 @@ def _serve(**options: Any) -> None:
     where = "a CUDA GPU per replica" if settings.device == "cuda" else "the CPU"
     how = "on Ray Serve" if settings.runs_on_ray else "in this process"
     msg.info(f"Serving {settings.source} on {where}, {how} ({ROUTE_LIST})")
+    if not settings.local_host and settings.api_key is None:
+        msg.warn(
+            f"Listening on {settings.host} without an API key: whoever reaches this port can use the service",
+            f"Set one: --api-key KEY, or {API_KEY_VARIABLE}=KEY (clients send 'Authorization: Bearer KEY'); or "
+            "listen on this machine alone: --host 127.0.0.1",
+        )
     if settings.runs_on_ray and settings.ray_address is None and settings.local_host:
         msg.info(
             f"Ray's own processes listen on every interface of this machine, not only {settings.host} (Ray has no "
@@ -103,7 +113,7 @@ def _serve(**options: Any) -> None:
     except (*MODEL_ERRORS, ValueError) as err:
         # weights that cannot be fetched or read (what to do, as `download` says it), a port in use, a
         # cluster without the GPUs asked for, Ray without Ray Serve's packages
-        msg.fail("Cannot serve", str(err), exits=1)
+        fail("Cannot serve", err)
 
 
 def _ready(url: str) -> None:
@@ -132,7 +142,7 @@ def _checked_settings(**options: Any) -> Any:
         if settings.ray_address is None:
             check_gpus_here(settings)  # a cluster's GPUs are counted once joined (serving.ray_engine)
     except ValueError as err:
-        msg.fail("Bad setting", str(err), exits=1)
+        fail("Bad setting", err)
     return settings
 
 
@@ -147,11 +157,10 @@ def _check_extras(settings: Any) -> None:
 
     missing = [name for name in SERVE_MODULES if find_spec(name) is None]
     if missing:
-        msg.fail(f"serve needs the serve extra: {', '.join(missing)} not installed", install_command("serve"), exits=1)
+        fail(f"serve needs the serve extra: {', '.join(missing)} not installed", fix=install_command("serve"))
     if settings.runs_on_ray and find_spec("ray") is None:
-        msg.fail(
+        fail(
             f"{settings.ray_options} runs on Ray Serve, and Ray is not installed",
-            f"{install_command('ray')}; or serve one replica in this process: leave out --replicas, --ray-address "
-            "and --engine ray",
-            exits=1,
+            fix=f"{install_command('ray')}; or serve one replica in this process: leave out --replicas, "
+            "--ray-address and --engine ray",
         )

@@ -18,6 +18,8 @@ from ..tasks.conllu import ConlluError, conllu_docs
 from ..tasks.shipped_configs import config_names, write_config
 from ..tasks.source_pipeline import SENTENCE_CACHE_TOKENS, save_source_pipeline
 from .app import MODEL_ERRORS, app
+from .failure import fail
+from .languages import language_parameter
 
 
 def precision_parameter(precision: str) -> str:
@@ -32,16 +34,20 @@ def precision_parameter(precision: str) -> str:
 def conllu(
     source: Path = typer.Argument(..., help="A Universal Dependencies CoNLL-U file (.conllu)."),
     output: Path = typer.Argument(..., help="The .spacy file (DocBin) to write."),
-    lang: str = typer.Option("en", "--lang", help="The language whose vocabulary the docs use."),
+    lang: str = typer.Option(
+        "en", "--lang", callback=language_parameter, help="The language whose vocabulary the docs use."
+    ),
 ) -> None:
     """Convert a CoNLL-U file for a UPOS tagger: one doc per sentence, each word's UPOS as its tag_
     (`spacy convert` puts the XPOS there), multiword token lines skipped."""
     try:
         docs = conllu_docs(source, spacy.blank(lang).vocab)
-    except (OSError, ConlluError) as err:
-        msg.fail("Cannot read the CoNLL-U file", str(err), exits=1)
+    except OSError as err:
+        fail("Cannot read the CoNLL-U file", err, fix="Give the path of a Universal Dependencies file (.conllu).")
+    except ConlluError as err:
+        fail("Cannot read the CoNLL-U file", err)
     if not docs:
-        msg.fail(f"{source} holds no sentence", exits=1)
+        fail(f"{source} holds no sentence", fix="Give a CoNLL-U file with at least one sentence.")
     atomic_write(output, DocBin(docs=docs).to_disk)
     msg.good(f"Wrote {output}: {len(docs):,} sentences, {sum(len(doc) for doc in docs):,} words")
 
@@ -52,7 +58,9 @@ def pipeline(
         ..., help="The biLM: a native biLM directory, an original release folder, a catalogue name or a URL."
     ),
     output: Path = typer.Argument(..., help="Directory for the pipeline (nlp.to_disk)."),
-    lang: str = typer.Option(None, "--lang", help="Its language (default: a catalogue model's, else en)."),
+    lang: str = typer.Option(
+        None, "--lang", callback=language_parameter, help="Its language (default: a catalogue model's, else en)."
+    ),
     sentence_cache_tokens: int = typer.Option(
         SENTENCE_CACHE_TOKENS, "--sentence-cache-tokens", help="Tokens of layers the sentence cache keeps."
     ),
@@ -65,7 +73,7 @@ def pipeline(
     try:
         nlp = save_source_pipeline(weights, output, lang, sentence_cache_tokens, precision, overwrite)
     except (*MODEL_ERRORS, ValueError) as err:
-        msg.fail("Cannot build the pipeline", str(err), exits=1)
+        fail("Cannot build the pipeline", err)
     config = cast(Elmo, nlp.get_pipe("elmo")).bilm.config
     msg.good(
         f"Saved {output}: {' + '.join(nlp.pipe_names)}, layers {config.n_output_layers} x {config.output_dim}, "
@@ -82,5 +90,5 @@ def config(
     try:
         write_config(name, output)
     except (ValueError, FileExistsError) as err:
-        msg.fail("Cannot write the config", str(err), exits=1)
+        fail("Cannot write the config", err)
     msg.good(f"Wrote {output}", "Set --paths.train, --paths.dev (and --paths.elmo for an -elmo config).")

@@ -54,7 +54,10 @@ def input_files(source: Path) -> List[Path]:
             raise ValueError(f"{source} is a folder with no files to embed.")
         return files
     if not source.is_file():
-        raise ValueError(f"{source}: file not found.")
+        raise ValueError(
+            f"{source}: file not found; give a UTF-8 text file (one sentence or paragraph per line), a folder of "
+            "such files, or .parquet files."
+        )
     return [source]
 
 

@@ -26,6 +26,11 @@ _Reader = Callable[[str, Tuple[int, ...]], Tensor]
 _TF_GATES = ("i", "j", "f", "o")  # TensorFlow's LSTMCell order; j is the cell input
 _TORCH_GATES = ("i", "f", "j", "o")
 _FORGET_BIAS = 1.0  # TensorFlow's LSTMCell adds it at run time; we fold it into the bias
+# What a missing file of a release is told to be replaced with
+RELEASE_FILES = (
+    "an original ELMo release is an options.json and a weights .hdf5 (`python -m spacy_elmo download NAME OUTPUT` "
+    "fetches and converts a published one)."
+)
 
 
 def import_original(options_path: PathLike, weights_path: PathLike, config: Optional[BiLMConfig] = None) -> BiLM:
@@ -48,7 +53,7 @@ def _open_hdf5(path: Path) -> h5py.File:
     except ImportError:
         raise WeightsError(f"Reading original ELMo weights needs h5py: {install_command('h5')}") from None
     if not path.is_file():
-        raise WeightsError(f"{path}: file not found.")
+        raise WeightsError(f"{path}: file not found; {RELEASE_FILES}")
     try:
         return h5py.File(path, "r")
     except OSError as err:
@@ -156,7 +161,7 @@ def _optional_float(value: Any) -> Optional[float]:
 
 def _read_json(path: Path) -> Dict[str, Any]:
     if not path.is_file():
-        raise ConfigError(f"{path}: file not found.")
+        raise ConfigError(f"{path}: file not found; {RELEASE_FILES}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
