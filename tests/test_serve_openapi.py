@@ -151,6 +151,12 @@ def test_a_wrong_answer_is_caught_with_what_is_wrong():
     assert answer_problems(document, answer("GET", "/health", 200, {"status": "ok"}, json_type)) == []
 
 
+def test_the_answers_of_this_files_tests_are_checked_as_they_arrive():
+    """served_schema's check wraps httpx's clients while a serve file's test runs (this one too)."""
+    for client in (httpx.Client, httpx.AsyncClient):
+        assert getattr(client.send, "__wrapped__", None) is not None, f"{client.__name__}.send is not checked"
+
+
 def test_the_served_document_and_page_are_open_and_as_built(embedder):
     gateway = gateway_of(embedder, limits=SMALL)
 
