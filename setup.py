@@ -84,6 +84,9 @@ setup(
             *RAY,
             "httpx>=0.27",  # the tests' HTTP client
             "openai>=1.40",  # the tests speak to serve's /v1/embeddings with OpenAI's own client
+            # every answer of serve checked against its /openapi.json, and the document against OpenAPI 3.1
+            "jsonschema>=4.18",
+            "openapi-spec-validator>=0.7",
             "sybil>=9",  # tests/test_docs.py runs the docs' code blocks
             "matplotlib>=3.5",
             "gensim>=4.3",
