@@ -75,10 +75,10 @@ def openapi_document(routes: Mapping[str, Described], limits: ServeLimits) -> Di
         types.extend(each for each in (route.answer, route.error.type) if each is not None)
     refs, schemas = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     ref_of = dict(zip(map(id, types), refs, strict=True))
-    paths = {
-        path: {route.method.lower(): _operation(route, ref_of, ref_of.get(id(bodies.get(path))))}
-        for path, route in routes.items()
-    }
+    paths = {}
+    for path, route in routes.items():
+        body = ref_of[id(bodies[path])] if path in bodies else None
+        paths[path] = {route.method.lower(): _operation(route, ref_of, body)}
     return {
         "openapi": "3.1.0",
         "info": {"title": TITLE, "version": version("spacy-elmo"), "description": _about(routes)},
@@ -111,8 +111,10 @@ def docs_page() -> bytes:
 def _operation(route: Described, ref_of: Dict[int, Any], body: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """One route's operation: summary, key, request ``body`` (its schema, or None) and answers by
     status; ``ref_of``: each type's schema by its ``id``."""
-    answer = {"type": "string"} if route.answer is None and route.media_type != "application/json" else {}
-    answer = ref_of.get(id(route.answer), answer)
+    if route.answer is not None:
+        answer = ref_of[id(route.answer)]
+    else:  # untyped: any JSON, or text
+        answer = {} if route.media_type == "application/json" else {"type": "string"}
     responses = {str(status): _answer(status, answer, route.media_type, {}) for status in route.answered}
     refusals = sorted({*route.refusals, 405} | (set() if route.open else {401}))
     error = ref_of[id(route.error.type)]
