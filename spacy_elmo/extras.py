@@ -10,7 +10,8 @@ setup.py declared, so the two cannot drift); and, for a clone, the extra itself.
 from __future__ import annotations
 
 import importlib.metadata
-from typing import List
+import importlib.util
+from typing import List, Optional
 
 from packaging.requirements import Requirement
 
@@ -42,3 +43,11 @@ def install_command(extra: str) -> str:
         return clone
     quoted = " ".join(f'"{package}"' for package in packages)
     return f"pip install {quoted} (the {extra} extra; {clone})"
+
+
+def missing(extra: str, module: str, needed_by: str) -> Optional[str]:
+    """None where ``module`` (of ``extra``) is installed; else a message that ``needed_by`` needs it,
+    with the command that installs it. Looked for, not imported: a command asks before its work."""
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return f"{needed_by} needs {module}, which is not installed: {install_command(extra)}"

@@ -25,6 +25,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optiona
 
 import typer
 
+from spacy_elmo.extras import missing
 from spacy_elmo.files import atomic_write_text
 
 WIKIPEDIA_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -56,12 +57,11 @@ class Source(NamedTuple):
 
 
 def gensim_data_dir() -> Path:
-    try:
-        import gensim
-    except ImportError:
-        raise SystemExit(
-            "The built-in corpus comes with gensim: pip install gensim (or pip install -e '.[train]')."
-        ) from None
+    no_gensim = missing("train", "gensim", "The built-in text (it ships in gensim's wheel)")
+    if no_gensim:
+        raise SystemExit(no_gensim)
+    import gensim
+
     return Path(gensim.__file__).parent / "test" / "test_data"
 
 

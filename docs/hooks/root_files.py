@@ -1,8 +1,9 @@
 """MkDocs hook: the files the site includes from the repository root work as they do on GitHub.
 
 docs/development.md, docs/changelog.md, docs/results.md and docs/benchmarks.md include
-CONTRIBUTING.md, CHANGELOG.md, RESULTS.md and BENCHMARKS.md whole (pymdownx.snippets), and
-docs/how-it-works.md includes CONTRIBUTING.md's map of the rooms. Those files are written for
+CONTRIBUTING.md, CHANGELOG.md, RESULTS.md and BENCHMARKS.md whole (pymdownx.snippets),
+docs/how-it-works.md includes CONTRIBUTING.md's map of the rooms and docs/index.md README.md's
+Install section. Those files are written for
 GitHub, where links and images are relative to the repository root. This hook
 
 - adds the figures under ``bench/results/`` to the site at that same path, so the images of

@@ -93,7 +93,12 @@ def embed(
     Blocks are written as they finish; after a kill, the same command computes only the missing ones.
     The files are the same bitwise however many workers made them."""
     from ..corpus.embedding import EmbedSettings, Workers, embed_corpus
+    from ..extras import missing
     from ..kernels.precision import check_precision
+
+    no_hdf5 = missing("h5", "h5py", "embed (it writes HDF5 blocks)")
+    if no_hdf5:
+        fail("Embedding cannot start", no_hdf5)
 
     try:
         settings = EmbedSettings(

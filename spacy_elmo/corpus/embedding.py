@@ -151,7 +151,10 @@ def for_workers(settings: EmbedSettings) -> EmbedSettings:
     """The settings workers load with: weights given by name or URL downloaded once, here, and a
     pipeline or weights path made absolute (Ray actors do not run in this working directory)."""
     from ..hub.cache import resolve_weights
+    from ..pipeline.assembly import lemmas_before_download
 
+    if settings.weights:
+        lemmas_before_download(settings.weights, settings.lang)
     weights = settings.weights and str(resolve_weights(settings.weights).resolve())
     pipeline = settings.pipeline
     if pipeline and Path(pipeline).exists():  # else a package name, for spacy.load

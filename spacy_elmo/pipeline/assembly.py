@@ -46,6 +46,7 @@ def assemble_pipeline(
     ``elmo_config``: more settings of the elmo component; ``centering_docs``: the text the elmo
     component estimates the common direction of its vectors from, as docs of the pipeline's vocab
     (see ``text_docs``), made when it is initialized; given, it turns ``center_vectors`` on."""
+    lemmas_before_download(weights, lang, elmo_config)
     record = recorded_source(resolve_weights(weights))
     language = lang or record.get("spacy_language") or "en"
     nlp = spacy.blank(language)
@@ -59,6 +60,16 @@ def assemble_pipeline(
     nlp.meta.update(name=name, version=version)
     nlp.meta.update(meta or {})
     return nlp
+
+
+def lemmas_before_download(
+    weights: PathLike, lang: Optional[str], elmo_config: Optional[Dict[str, Any]] = None
+) -> None:
+    """For a catalogue model that reads lemmas, whether spaCy can lemmatize its language (the lemmas
+    extra installed, a table for the language), asked before its download rather than after."""
+    model = CATALOGUE.get(str(weights))
+    if model is not None and ((elmo_config or {}).get("input_attr") or model.input_attr) == LEMMA:
+        lookup_lemmatizer_config(lang or model.spacy_language)
 
 
 def elmo_component_names(pipeline: PathLike) -> List[str]:
