@@ -31,6 +31,11 @@ USES = {
     "h5": {
         "convert": ["convert", *ORIGINAL, "OUT"],
         "embed": ["embed", "TEXT", "OUT", "--weights", "TINY"],
+        # an original release by name: the check comes before the download
+        "download": ["download", "original", "OUT"],
+        "package": ["package", "original", "OUT"],
+        "pipeline": ["pipeline", "original", "OUT"],
+        "serve": ["serve", "original", "--port", "0"],
     },
     "cuda12x": {
         "embed": ["embed", "TEXT", "OUT", "--weights", "TINY", "--gpu-id", "0"],

@@ -151,8 +151,8 @@ def package(
         "similarity).",
     ),
 ) -> None:
-    """Build an installable spaCy pipeline (e.g. en_elmo_original) around a published model or a biLM
-    of your own."""
+    """Build an installable spaCy pipeline around a published model or a biLM of your own (such as
+    en_elmo_original)."""
     from ..pipeline.assembly import package_weights
 
     try:

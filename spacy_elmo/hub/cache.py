@@ -23,11 +23,12 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Union
 
+from ..extras import missing
 from ..files import atomic_directory, atomic_write_json
 from ..network.config import ConfigError
 from ..weights.native import CONFIG_FILE, WEIGHTS_FILE, WeightsError, save_bilm
 from ..weights.original import config_from_options, import_original
-from .catalogue import BiLMShape, PublishedModel, get_model
+from .catalogue import BILM_TF, BiLMShape, PublishedModel, get_model
 from .download import DownloadError, RemoteFile, cache_dir, fetch_all, forget, recorded_sha256
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ def ensure_model(model: PublishedModel, cache: Optional[Path] = None, progress: 
     target = _models_dir(cache) / model.name
     if _is_native(target):
         return target
+    if model.format == BILM_TF:
+        _h5py_before_download(f"'{model.name}'")
     # the options' shape is checked as they arrive, before hundreds of MB of weights are fetched
     shape_check = None if model.is_archive else (lambda remote, path: _check_shape(model, remote, path))
     paths = fetch_all(model.files, cache, progress, _local_copies_hint(model), shape_check)
@@ -171,8 +174,17 @@ def ensure_original_files(
     target = _models_dir(cache) / f"{_slug(label)}-{_url_key(options_url + ' ' + weights_url)}"
     if _is_native(target):
         return target
+    _h5py_before_download(f"'{label}'")
     paths = fetch_all(remotes, cache, progress)
     return _convert_into(target, lambda: import_original(paths[0], paths[1]), remotes, paths, {"name": label})
+
+
+def _h5py_before_download(model: str) -> None:
+    """An original release's weights are read with h5py (the h5 extra): where it is missing, say so
+    before the download rather than after it."""
+    problem = missing("h5", "h5py", f"Converting {model} (an original release, its weights in .hdf5)")
+    if problem:
+        raise WeightsError(problem)
 
 
 def ensure_url(url: str, cache: Optional[Path] = None, progress: bool = True) -> Path:
