@@ -2,8 +2,8 @@
 
 A precision's warning is raised while a pipeline initializes or loads, some frames below the
 user's ``nlp.initialize()`` or ``spacy.load()``, in spaCy, thinc, confection or torch; a fixed
-``stacklevel`` points at whichever library frame happens to sit there (issue 69 found one pointing
-at the component). ``user_stacklevel`` counts the frames to the first one outside them.
+``stacklevel`` points at whichever library frame happens to sit there, the component's included.
+``user_stacklevel`` counts the frames to the first one outside them.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ from .openapi import docs_page, openapi_json
 from .requests import BadRequest, EmbedRequest, ServeLimits, check_body_size, parse_request
 from .settings import ServeSettings
 
-if TYPE_CHECKING:  # for the checker; at run time starlette is imported where a request arrives, as before
+if TYPE_CHECKING:  # for the checker; at run time starlette is imported where a request arrives
     from starlette.requests import Request
     from starlette.responses import Response
 
