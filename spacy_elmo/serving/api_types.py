@@ -187,6 +187,17 @@ class LimitsAbout(Struct, forbid_unknown_fields=True):
     max_words: int
 
 
+class ReplicaAbout(Struct, forbid_unknown_fields=True):
+    """What a replica says of itself (``Replicas.describe``): the pipeline, the biLM, the package's
+    version and the replica (host:pid)."""
+
+    pipeline: PipelineAbout
+    components: List[str]
+    elmo: ElmoAbout
+    spacy_elmo: str
+    replica: str
+
+
 class MetadataAnswer(Struct, forbid_unknown_fields=True):
     """GET /metadata: the pipeline, the biLM, the replica that answered and the service's settings."""
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Dict, Tuple, Type
+from typing import Any, Tuple, Type
 
+from .api_types import ElmoAbout, PipelineAbout, ReplicaAbout
 from .batcher import BatchFigures, ContinuousBatcher
 from .requests import EmbedRequest
 from .responses import embed_requests
@@ -47,7 +48,7 @@ class Embedder:
         self.worker.submit(torch.set_num_threads, settings.threads).result()
         self.nlp = self.worker.submit(load_served_pipeline, settings).result()
         self.replica = f"{socket.gethostname()}:{os.getpid()}"
-        self.about = {**metadata(self.nlp), "replica": self.replica}
+        self.about = describe_replica(self.nlp, self.replica)
         cap = settings.max_batch_tokens  # a request above the budget runs alone
         self.batcher: ContinuousBatcher[EmbedRequest, bytes] = ContinuousBatcher(
             partial(embed_requests, self.nlp),
@@ -63,7 +64,7 @@ class Embedder:
         body, batch = await self.batcher.submit(request)
         return Embedded(body, batch, self.replica)
 
-    async def describe(self) -> Dict[str, Any]:
+    async def describe(self) -> ReplicaAbout:
         """What ``GET /metadata`` says of the pipeline and this replica."""
         return self.about
 
@@ -95,23 +96,24 @@ def is_pipeline(source: str) -> bool:
     return source not in CATALOGUE and not is_url(source) and "/" not in source
 
 
-def metadata(nlp: Any) -> Dict[str, Any]:
-    """The pipeline's name and version, its components, and the biLM's sizes, precision, device and
-    kernels."""
+def describe_replica(nlp: Any, replica: str) -> ReplicaAbout:
+    """The pipeline's name and version, its components, the biLM's sizes, precision, device and
+    kernels, and ``replica`` (host:pid)."""
     from ..pipeline.component import Elmo
 
     elmo = next(pipe for _, pipe in nlp.pipeline if isinstance(pipe, Elmo))
     bilm, backend = elmo.bilm, elmo.runner.backend
-    return {
-        "pipeline": {"name": nlp.meta.get("name"), "version": nlp.meta.get("version"), "lang": nlp.lang},
-        "components": list(nlp.pipe_names),
-        "elmo": {
-            "layers": bilm.config.n_output_layers,
-            "width": bilm.config.output_dim,
-            "precision": backend.runs,
-            "device": str(bilm.device),
-            "kernel": backend.choice.kernel,
-            "kernels": backend.description(),
-        },
-        "spacy_elmo": version("spacy-elmo"),
-    }
+    return ReplicaAbout(
+        pipeline=PipelineAbout(nlp.meta.get("name"), nlp.meta.get("version"), nlp.lang),
+        components=list(nlp.pipe_names),
+        elmo=ElmoAbout(
+            layers=bilm.config.n_output_layers,
+            width=bilm.config.output_dim,
+            precision=backend.runs,
+            device=str(bilm.device),
+            kernel=backend.choice.kernel,
+            kernels=backend.description(),
+        ),
+        spacy_elmo=version("spacy-elmo"),
+        replica=replica,
+    )

@@ -46,13 +46,16 @@ import msgspec
 import orjson
 
 from .api_types import (
+    BatchingAbout,
     EmbedAnswer,
     ErrorAnswer,
     HealthAnswer,
+    LimitsAbout,
     MetadataAnswer,
     OpenAIEmbeddingsAnswer,
     OpenAIErrorAnswer,
     ReadyAnswer,
+    ReplicaAbout,
     embed_request_body,
     openai_request_body,
 )
@@ -128,7 +131,7 @@ class Replicas(Protocol):
 
     async def embed(self, request: EmbedRequest) -> Embedded: ...
 
-    async def describe(self) -> Dict[str, Any]: ...
+    async def describe(self) -> ReplicaAbout: ...
 
 
 class Gateway:
@@ -197,7 +200,7 @@ class Gateway:
 
     async def _openai_embeddings(self, request: Request, error: ErrorForm) -> Response:
         try:
-            width = self._width or (await _within(self._about(), RETRY_WAIT_S))["elmo"]["width"]
+            width = self._width or (await _within(self._about(), RETRY_WAIT_S)).elmo.width
         except self.replicas.lost + (asyncio.TimeoutError,) as lost:
             message = f"no replica could describe the model ({type(lost).__name__}): retry later"
             return json_response(error(503, message), 503, {"Retry-After": str(RETRY_AFTER_S)})
@@ -206,7 +209,7 @@ class Gateway:
         )
 
     async def _metadata(self, request: Request, error: ErrorForm) -> Response:
-        return json_response(await self._about())
+        return json_response(msgspec.json.encode(await self._about()))
 
     async def _metrics(self, request: Request, error: ErrorForm) -> Response:
         return json_response(self.metrics.text(), media_type=CONTENT_TYPE)
@@ -285,22 +288,18 @@ class Gateway:
                 f"{type(second).__name__}): retry later"
             ) from None
 
-    async def _about(self) -> Dict[str, Any]:
+    async def _about(self) -> MetadataAnswer:
         """``/metadata``: a replica's description and the service's settings."""
         described = await self.replicas.describe()
-        self._width = described["elmo"]["width"]
+        self._width = described.elmo.width
         settings = self.settings
-        return {
-            **described,
-            "batching": {
-                "on": settings.batching,
-                "max_batch_tokens": settings.max_batch_tokens,
-                "max_wait_ms": settings.max_wait_ms,
-            },
-            "max_concurrent_requests": settings.max_concurrent_requests,
-            "api_key": settings.api_key is not None,
-            "limits": asdict(settings.limits),
-        }
+        return MetadataAnswer(
+            **msgspec.structs.asdict(described),
+            batching=BatchingAbout(settings.batching, settings.max_batch_tokens, settings.max_wait_ms),
+            max_concurrent_requests=settings.max_concurrent_requests,
+            api_key=settings.api_key is not None,
+            limits=LimitsAbout(**asdict(settings.limits)),
+        )
 
     async def _replica_answers(self) -> bool:
         try:

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Set, Tuple, Type
 
 from ..extras import install_command
+from .api_types import ReplicaAbout
 from .embedder import Embedded, Embedder
 from .gateway import Gateway
 from .requests import EmbedRequest
@@ -56,7 +57,7 @@ class RayReplicas:
     async def embed(self, request: EmbedRequest) -> Embedded:
         return await self.handle.embed.remote(request)
 
-    async def describe(self) -> Dict[str, Any]:
+    async def describe(self) -> ReplicaAbout:
         return await self.handle.describe.remote()
 
 
