@@ -58,3 +58,27 @@ def test_timed_in_turn_alternates_the_calls_round_by_round():
     assert {name: len(t.runs_s) for name, t in timings.items()} == {"a": 2, "b": 2}
     with pytest.raises(ValueError, match="repeats must be at least 1, got 0"):
         timed_in_turn({"a": lambda: None}, repeats=0)
+
+
+def test_naming_the_machine_imports_neither_torch_nor_spacy():
+    """A script's parent process, which only starts workers, names the machine and renders, names it
+    without importing torch or spaCy (each process that does pays for both before it starts)."""
+    import subprocess
+
+    from spacy_elmo.kernels.machine import cpu_description
+
+    script = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r})\n"
+        "from suite.report import machine\n"
+        "print(machine(2)); print(sorted({'torch', 'spacy', 'spacy_elmo'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    named, imported = done.stdout.splitlines()
+    assert named == f"{cpu_description()}, 2 threads, torch {torch_version()}"
+    assert imported == "[]"
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__

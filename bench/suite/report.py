@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -25,29 +26,30 @@ OUT = Path(_ELSEWHERE) / "out" if _ELSEWHERE else ROOT / "bench" / "out"
 BENCHMARKS = Path(_ELSEWHERE) / "BENCHMARKS.md" if _ELSEWHERE else ROOT / "BENCHMARKS.md"
 
 
-def _package_files():
-    """spacy_elmo/files.py (atomic writes under the user's umask), loaded by its path: it needs only
-    the standard library, and importing it through its package would import torch and spaCy, 2 s
-    of every process that only runs workers or renders a section."""
-    spec = importlib.util.spec_from_file_location("spacy_elmo_files", ROOT / "spacy_elmo" / "files.py")
+def _package_module(name: str):
+    """spacy_elmo/NAME.py loaded by its path, for a module that needs no more than the standard
+    library: importing it through its package would import torch and spaCy, seconds of CPU in
+    every process that only runs workers, names the machine or renders a section."""
+    spec = importlib.util.spec_from_file_location(
+        f"spacy_elmo_{name.replace('/', '_')}", ROOT / "spacy_elmo" / f"{name}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_FILES = _package_files()
+_FILES = _package_module("files")  # atomic writes under the user's umask
+_MACHINE = _package_module("kernels/machine")  # the CPU in words (torch only where a probe runs)
 
 
 def machine(threads: int, device: str = "cpu") -> str:
     """The machine a figure was measured on, as every result names it: the GPU's name, or the CPU's
     model and features with the thread count; and the torch release."""
-    import torch
-
-    from spacy_elmo.kernels.machine import cpu_description
-
     if device == "cuda":
+        import torch
+
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    return f"{cpu_description()}, {threads} threads, torch {torch.__version__}"
+    return f"{_MACHINE.cpu_description()}, {threads} threads, torch {version('torch')}"
 
 
 def result_name(kind: str, label: Optional[str] = None, cap: Optional[str] = None) -> str:

@@ -13,10 +13,10 @@ import os
 import platform
 import threading
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, Hashable, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Hashable, Optional, Sequence, Tuple, TypeVar
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
 # The features the kernel choices read, as /proc/cpuinfo names them.
 KERNEL_FEATURES = (
@@ -125,6 +125,8 @@ def remembered(key: Hashable, probe: Callable[[], T]) -> T:
 def probed_thread_counts() -> Tuple[int, ...]:
     """1, the powers of two up to the core count, the core count and the current thread count: the
     counts a process here runs with (each probed count costs the memory of its thread pool)."""
+    import torch  # here, not above: the CPU's description is read without torch (bench/suite/report.py)
+
     cores = os.cpu_count() or 1
     powers = [2**power for power in range(cores.bit_length()) if 2**power <= cores]
     return tuple(sorted({*powers, cores, torch.get_num_threads()}))
@@ -132,6 +134,8 @@ def probed_thread_counts() -> Tuple[int, ...]:
 
 def holds_at_thread_counts(check: Callable[[], bool], thread_counts: Sequence[int]) -> bool:
     """Whether ``check()`` holds at each of ``thread_counts`` torch threads; the thread count is restored."""
+    import torch
+
     threads = torch.get_num_threads()
     try:
         for count in thread_counts:
@@ -152,6 +156,8 @@ def rows_agree(
 ) -> bool:
     """Whether ``linear(x[:n])`` is bitwise ``reference(x)[:n]`` (default ``linear``, at the current thread
     count) for each n in ``rows`` at each of ``thread_counts`` (default: current); False if an op is missing."""
+    import torch
+
     try:
         every_row = (reference or linear)(x)
         return holds_at_thread_counts(
