@@ -282,6 +282,16 @@ def test_empty_inputs():
         embed_sentences(bilm, [["ok"]], max_batch_tokens=0)
 
 
+def test_the_training_ops_take_a_backends_keywords_and_refuse_others():
+    """Pretraining's ops read nothing of ``rows`` and ``fine_inputs``, and a misspelt keyword is an error."""
+    from spacy_elmo.network.char_encoder import AUTOGRAD
+
+    x, weight = torch.randn(3, 4), torch.randn(5, 4)
+    assert torch.equal(AUTOGRAD.linear(x, weight, rows=2, fine_inputs=True), torch.nn.functional.linear(x, weight))
+    with pytest.raises(TypeError, match="row"):
+        AUTOGRAD.linear(x, weight, row=2)
+
+
 def test_fused_path_is_nn_lstm_with_projection(seeded):
     """The fused path computes what torch.nn.LSTM(proj_size=P) computes with the same weights."""
     bilm = random_bilm(n_layers=1)

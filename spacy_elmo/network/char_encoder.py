@@ -67,8 +67,16 @@ class AutogradOps:
         x = chars.transpose(1, 2)  # (n, E, C')
         return torch.cat([F.conv1d(x, conv.weight).amax(dim=2) for conv in convs], dim=1)
 
-    def linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, **blocking: Any) -> Tensor:
-        """``F.linear``; what a backend reads of ``rows`` and ``fine_inputs`` means nothing here."""
+    def linear(
+        self,
+        x: Tensor,
+        weight: Tensor,
+        bias: Optional[Tensor] = None,
+        *,
+        rows: Optional[int] = None,
+        fine_inputs: bool = False,
+    ) -> Tensor:
+        """``F.linear``; ``rows`` and ``fine_inputs``, which a backend reads, mean nothing here."""
         return F.linear(x, weight, bias)
 
     def sigmoid_(self, x: Tensor) -> Tensor:
