@@ -44,6 +44,7 @@ from suite.report import (
     OUT,
     SHARED,
     command_line,
+    cpu_description,
     figure_link,
     figure_path,
     machine,
@@ -614,8 +615,6 @@ def render(report: dict, name: str) -> None:
 
 
 def new_report(args) -> dict:
-    from spacy_elmo.kernels.machine import cpu_description
-
     report = {
         "machine": machine(args.threads, args.device),
         "device": args.device,

@@ -76,6 +76,10 @@ def test_naming_the_machine_imports_neither_torch_nor_spacy():
     named, imported = done.stdout.splitlines()
     assert named == f"{cpu_description()}, 2 threads, torch {torch_version()}"
     assert imported == "[]"
+    direct = [
+        script for script in SCRIPTS if "spacy_elmo.kernels.machine" in (ROOT / "bench" / f"{script}.py").read_text()
+    ]
+    assert direct == [], "the scripts name the CPU through suite.report, which loads it without torch"
 
 
 def torch_version() -> str:

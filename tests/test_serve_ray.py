@@ -28,7 +28,7 @@ def on_ray(tiny_weights):
 
 
 LOAD_REQUEST = {"texts": [" ".join(TEXTS * 10)] * 4, "tokens": "none"}  # each of the 8 clients, again and again
-# Seconds of work for the replica (about 100,000 characters), doc vectors only: in the service when
+# Seconds of work for the replica, doc vectors only: in the service when
 # it is killed, so that it certainly holds a request. Killed right after answers came, it held none
 # at times (its batches end together).
 HELD_REQUEST = {"texts": [" ".join(TEXTS * 80)] * 6, "tokens": "none"}

@@ -42,6 +42,11 @@ _FILES = _package_module("files")  # atomic writes under the user's umask
 _MACHINE = _package_module("kernels/machine")  # the CPU in words (torch only where a probe runs)
 
 
+def cpu_description() -> str:
+    """The CPU in words (``spacy_elmo.kernels.machine.cpu_description``), without importing torch."""
+    return _MACHINE.cpu_description()
+
+
 def machine(threads: int, device: str = "cpu") -> str:
     """The machine a figure was measured on, as every result names it: the GPU's name, or the CPU's
     model and features with the thread count; and the torch release."""
@@ -49,7 +54,7 @@ def machine(threads: int, device: str = "cpu") -> str:
         import torch
 
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-    return f"{_MACHINE.cpu_description()}, {threads} threads, torch {version('torch')}"
+    return f"{cpu_description()}, {threads} threads, torch {version('torch')}"
 
 
 def result_name(kind: str, label: Optional[str] = None, cap: Optional[str] = None) -> str:
