@@ -450,5 +450,5 @@ def test_int8_results_do_not_depend_on_batch_companions_on_cuda():
     runner = BiLMRunner(random_bilm("tiny").cuda(), precision="int8")
     batch = SENTENCES + [SENTENCES[1][: 1 + k % 9] for k in range(40)]
     together = embed_sentences(runner, batch)
-    for sentence, layers in zip(SENTENCES, together, strict=True):
+    for sentence, layers in zip(SENTENCES, together[: len(SENTENCES)], strict=True):
         np.testing.assert_array_equal(embed_sentences(runner, [sentence])[0], layers)

@@ -120,7 +120,8 @@ def test_without_matplotlib_a_run_says_so_at_once_and_trains_evaluates_and_check
     run = tmp_path / "run"
     with pytest.warns(PlotSkipped, match=r"matplotlib is not installed .*train extra.*matplotlib>=3\.5") as seen:
         train(config(corpus, max_steps=4, eval_every=2, checkpoint_every=2), run)
-    assert len(seen.list) == 1, "said once, when the run starts"
+    # only PlotSkipped counts: on a GPU, cuDNN's LSTM warns too
+    assert sum(issubclass(w.category, PlotSkipped) for w in seen) == 1, "said once, when the run starts"
     assert [line["step"] for line in log_lines(run) if "dev_ppl" in line] == [2, 4]
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000004"
     assert load_bilm(run / "bilm").config.projection_dim > 0, "the final weights are written"
@@ -239,7 +240,7 @@ def test_a_run_past_its_best_ends_on_the_weights_of_its_best_dev_evaluation(corp
     final, best, last = (load_bilm(path).state_dict() for path in (run / "bilm", best_weights, last_weights))
     assert all(torch.equal(final[k], best[k]) for k in final)
     assert not all(torch.equal(final[k], last[k]) for k in final), "the last step's weights differ"
-    scores = evaluate(run, list(read_sentences(corpus / "corpus" / "dev")))
+    scores = evaluate(run, list(read_sentences(corpus / "corpus" / "dev")), device="cpu")  # where it trained
     assert scores["model"] == str(best_weights)
     assert scores["perplexity"] == pytest.approx(state.final_dev, rel=1e-5)
 
