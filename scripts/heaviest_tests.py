@@ -1,35 +1,78 @@
-"""The table of the heaviest tests that CONTRIBUTING.md keeps, from a run's ``--time-log``:
+"""The table of the heaviest tests that CONTRIBUTING.md keeps, from a run's ``--time-log``, and how
+the run's workers shared the time:
 
     .venv/bin/python -m pytest -q --time-log /tmp/times.tsv
     .venv/bin/python scripts/heaviest_tests.py /tmp/times.tsv [--top 20]
 
 Wall time is the test's own (setup, call and teardown, its worker busy with it); CPU time is its
 worker's and that of the processes it waited for (a Ray cluster's processes are not among them).
+A worker's idle time at the end is how long it waited, its tests done, for the last worker to end.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, NamedTuple
 
 
-def read_log(path: Path) -> List[Tuple[str, float, float]]:
-    """(test, wall s, CPU s) per row of a ``--time-log`` file."""
+class Row(NamedTuple):
+    """One test of a ``--time-log`` file: its wall and CPU seconds, its worker and when it began
+    (seconds since the epoch)."""
+
+    test: str
+    wall: float
+    cpu: float
+    worker: str
+    began: float
+
+
+def read_log(path: Path) -> List[Row]:
+    """The rows of a ``--time-log`` file."""
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        test, wall, cpu = line.split("\t")
-        rows.append((test, float(wall), float(cpu)))
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        fields = line.split("\t")
+        if len(fields) != 5:
+            raise SystemExit(f"{path}, line {number}: {len(fields)} fields, not 5 (test, wall, CPU, worker, began)")
+        test, wall, cpu, worker, began = fields
+        rows.append(Row(test, float(wall), float(cpu), worker, float(began)))
     return rows
 
 
-def table(rows: List[Tuple[str, float, float]], top: int) -> str:
+def table(rows: List[Row], top: int) -> str:
     """A Markdown table of the ``top`` tests by wall time, then the totals."""
     lines = ["| test | wall s | CPU s |", "|---|---:|---:|"]
-    for test, wall, cpu in sorted(rows, key=lambda row: -row[1])[:top]:
-        lines.append(f"| `{test.removeprefix('tests/')}` | {wall:.0f} | {cpu:.0f} |")
-    wall, cpu = sum(row[1] for row in rows), sum(row[2] for row in rows)
+    for row in sorted(rows, key=lambda row: -row.wall)[:top]:
+        lines.append(f"| `{row.test.removeprefix('tests/')}` | {row.wall:.0f} | {row.cpu:.0f} |")
+    wall, cpu = sum(row.wall for row in rows), sum(row.cpu for row in rows)
     lines.append(f"| all {len(rows)} tests, summed over the workers | {wall:.0f} | {cpu:.0f} |")
+    return "\n".join(lines)
+
+
+def workers(rows: List[Row]) -> Dict[str, Dict[str, float]]:
+    """Per worker: its tests, their wall and CPU seconds, and its idle seconds at the end (from
+    its last test's end to the last end of any worker's)."""
+    ends: Dict[str, float] = {}
+    summary: Dict[str, Dict[str, float]] = {}
+    for row in rows:
+        figures = summary.setdefault(row.worker, {"tests": 0, "wall": 0.0, "cpu": 0.0})
+        figures["tests"] += 1
+        figures["wall"] += row.wall
+        figures["cpu"] += row.cpu
+        ends[row.worker] = max(ends.get(row.worker, row.began), row.began + row.wall)
+    last = max(ends.values())
+    for worker, figures in summary.items():
+        figures["idle_at_end"] = last - ends[worker]
+    return summary
+
+
+def workers_table(rows: List[Row]) -> str:
+    lines = ["| worker | tests | wall s | CPU s | idle at the end, s |", "|---|---:|---:|---:|---:|"]
+    for worker, figures in sorted(workers(rows).items()):
+        lines.append(
+            f"| {worker} | {figures['tests']:.0f} | {figures['wall']:.0f} | {figures['cpu']:.0f} | "
+            f"{figures['idle_at_end']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -38,7 +81,10 @@ def main() -> None:
     parser.add_argument("log", type=Path, help="the file a run's --time-log wrote")
     parser.add_argument("--top", type=int, default=20, help="how many tests the table lists")
     args = parser.parse_args()
-    print(table(read_log(args.log), args.top))
+    rows = read_log(args.log)
+    print(table(rows, args.top))
+    print()
+    print(workers_table(rows))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,9 @@
 - **The bound.** A test whose own duration (setup, call and teardown) passes ``SLOWEST_TEST_S``,
   the figure CONTRIBUTING.md states, fails: the next slow test is made cheaper, not added.
 - **Where the time goes.** ``--time-log PATH`` appends one row per test: its wall time (setup, call
-  and teardown) and the CPU time its worker and the processes it waited for spent in it
-  (``scripts/heaviest_tests.py PATH`` prints the table CONTRIBUTING.md keeps).
+  and teardown), the CPU time its worker and the processes it waited for spent in it, the worker
+  and when the test began (``scripts/heaviest_tests.py PATH`` prints the table CONTRIBUTING.md
+  keeps, and how long each worker was busy and how long it waited for the last one).
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def group_of(item: pytest.Item) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--time-log", metavar="PATH", help="append each test phase's wall and CPU time to PATH (TSV)")
+    parser.addoption(
+        "--time-log", metavar="PATH", help="append each test's wall and CPU time, worker and start to PATH (TSV)"
+    )
 
 
 def cpu_seconds() -> float:
@@ -78,11 +81,13 @@ def cpu_seconds() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: object):
     path = item.config.getoption("time_log")
-    started, cpu = time.perf_counter(), cpu_seconds()
+    began, started, cpu = time.time(), time.perf_counter(), cpu_seconds()
     yield
     if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        row = f"{item.nodeid}\t{time.perf_counter() - started:.2f}\t{cpu_seconds() - cpu:.2f}\t{worker}\t{began:.2f}"
         with open(path, "a", encoding="utf-8") as log:  # one short line per write: appends do not interleave
-            log.write(f"{item.nodeid}\t{time.perf_counter() - started:.2f}\t{cpu_seconds() - cpu:.2f}\n")
+            log.write(row + "\n")
 
 
 def side_by_side() -> bool:

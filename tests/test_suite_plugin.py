@@ -1,8 +1,9 @@
 """The suite's own rules (tests/suite_plugin.py): a test over the bound CONTRIBUTING.md states fails,
-and the groups it names are files that exist."""
+the groups it names are files that exist, and its time log is what scripts/heaviest_tests.py reads."""
 
 from pathlib import Path
 
+import pytest
 import suite_plugin
 
 TESTS = Path(__file__).resolve().parent
@@ -35,3 +36,35 @@ def test_the_groups_name_files_that_exist():
     assert list(TESTS.glob("test_bench_*.py"))
     for group in suite_plugin.LONGEST_FIRST:
         assert group in ("ray", "bench") or (TESTS / group).is_file(), group
+
+
+A_SLEEPING_TEST = """
+import time
+
+def test_sleeps():
+    time.sleep(0.3)
+"""
+
+
+def test_the_time_log_names_each_tests_worker_and_start_and_the_script_sums_them(pytester, tmp_path):
+    """A run's --time-log holds one row per test that scripts/heaviest_tests.py reads: the table of
+    the heaviest and each worker's busy and idle time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heaviest_tests", TESTS.parent / "scripts" / "heaviest_tests.py")
+    heaviest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heaviest)
+    pytester.makepyfile(test_inner=A_QUICK_TEST, test_sleeping=A_SLEEPING_TEST)
+    log = tmp_path / "times.tsv"
+    pytester.runpytest_inprocess("-p", "suite_plugin", "-n", "0", "--time-log", str(log)).assert_outcomes(passed=2)
+    rows = {row.test: row for row in heaviest.read_log(log)}
+    assert set(rows) == {"test_inner.py::test_quick", "test_sleeping.py::test_sleeps"}
+    sleeping, quick = rows["test_sleeping.py::test_sleeps"], rows["test_inner.py::test_quick"]
+    assert sleeping.wall >= 0.3 and sleeping.worker == quick.worker == "main"
+    assert "| `test_sleeping.py::test_sleeps` |" in heaviest.table(list(rows.values()), top=1).splitlines()[2]
+    (main,) = heaviest.workers(list(rows.values())).values()
+    assert main["tests"] == 2 and main["wall"] >= 0.3 and main["idle_at_end"] == 0
+    two_workers = [sleeping._replace(worker="gw0"), quick._replace(worker="gw1", began=sleeping.began)]
+    summary = heaviest.workers(two_workers)
+    assert summary["gw1"]["idle_at_end"] == pytest.approx(sleeping.wall - quick.wall, abs=0.011)
+    assert summary["gw0"]["idle_at_end"] == 0
