@@ -337,10 +337,6 @@ def pretrain_command(corpus, run, **settings):
     return [sys.executable, "-m", "spacy_elmo.training.pretrain", "--output", str(run), *overrides]
 
 
-def pretrain_in_subprocess(corpus, run, **settings):
-    subprocess.run(pretrain_command(corpus, run, **settings), check=True, cwd=ROOT, capture_output=True)
-
-
 def logged_steps(run: Path) -> list:
     """The steps of the training lines in ``run``'s log so far; a line still being written left out."""
     log = run / "log.jsonl"
@@ -359,8 +355,9 @@ def wait_for_logged_step(run: Path, step: int, process: subprocess.Popen, second
 
 
 def uninterrupted_losses(corpus, tmp_path, **settings):
-    """The losses of the run that the interrupted one must reproduce."""
-    pretrain_in_subprocess(corpus, tmp_path / "straight", **settings)
+    """The losses of the run that the interrupted one must reproduce: in this process, as the
+    command's own ``train`` runs it (a process of its own only where one is killed)."""
+    train(config(corpus, **settings), tmp_path / "straight")
     return losses(tmp_path / "straight")
 
 
@@ -384,7 +381,7 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path
     assert reached, f"no step 15 logged within 120 s: {logged_steps(killed)}, exit {process.returncode}: {output}"
     assert (killed / "checkpoints" / "latest").exists(), "step 10's checkpoint was written before step 15"
     assert 0 < len(losses(killed)) < 80, "killed mid-run"
-    pretrain_in_subprocess(corpus, killed, **settings)
+    train(config(corpus, **settings), killed)  # resumes, as the command run again does
     assert losses(killed) == expected
     assert not list((killed / "checkpoints").glob(".step-*")), "no half-written checkpoint left"
 
@@ -415,9 +412,7 @@ def test_two_processes_train_as_one_and_two_nodes_as_one_node(corpus, tmp_path):
     settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2, lr_schedule="warmup-cosine", warmup=0.5)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
-    subprocess.run(
-        pretrain_command(corpus, tmp_path / "one", **settings), check=True, cwd=ROOT, env=env, capture_output=True
-    )
+    train(config(corpus, **settings), tmp_path / "one")  # one process: this one
     one_node = subprocess.run(
         launcher(1, 2, 0, free_port()) + arguments(tmp_path / "one-node"),
         cwd=ROOT,
@@ -588,7 +583,7 @@ def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path
     assert died.returncode == 137
     assert (crashed / "checkpoints" / "latest").read_text().strip() == "step-00000004"
     assert list((crashed / "checkpoints").glob(".step-*")), "the half-written checkpoint is only a temporary"
-    pretrain_in_subprocess(corpus, crashed, **settings)
+    train(config(corpus, **settings), crashed)  # resumes, as the command run again does
     assert losses(crashed) == expected
     assert not list((crashed / "checkpoints").glob(".step-*")), "cleaned up on the next checkpoint"
 
