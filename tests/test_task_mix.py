@@ -1,11 +1,9 @@
-import subprocess
-import sys
 from itertools import pairwise
 
 import numpy as np
 import pytest
 import spacy
-from conftest import ROOT, make_nlp, with_this_checkout
+from conftest import ROOT, make_nlp
 from spacy.ml.models import MaxoutWindowEncoder, MultiHashEmbed, build_Tok2Vec_model
 from spacy.tokens import Doc
 from thinc.api import Adam
@@ -126,27 +124,16 @@ def test_clear_errors():
 def test_tiny_spacy_train_with_the_shipped_elmo_config(tiny_elmo_pipeline, upos_corpus, tmp_path):
     """The shipped config as it is: the mix's sizes come from the sourced elmo component, and the
     sourced sentencizer keeps the source pipeline's sentences, so its vectors too."""
-    command = [
-        sys.executable,
-        "-m",
-        "spacy",
-        "train",
-        str(ROOT / "spacy_elmo" / "tasks" / "configs" / "upos-elmo.cfg"),
-        "--output",
-        str(tmp_path / "out"),
-        "--paths.train",
-        str(upos_corpus),
-        "--paths.dev",
-        str(upos_corpus),
-        "--paths.elmo",
-        str(tiny_elmo_pipeline),
-        "--training.max_steps",
-        "60",
-        "--training.eval_frequency",
-        "20",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, env=with_this_checkout())
-    assert result.returncode == 0, result.stderr[-3000:]
+    from spacy.cli.train import train  # what `python -m spacy train CONFIG --output OUT --paths.train ...` runs
+
+    overrides = {
+        "paths.train": str(upos_corpus),
+        "paths.dev": str(upos_corpus),
+        "paths.elmo": str(tiny_elmo_pipeline),
+        "training.max_steps": 60,
+        "training.eval_frequency": 20,
+    }
+    train(ROOT / "spacy_elmo" / "tasks" / "configs" / "upos-elmo.cfg", tmp_path / "out", overrides=overrides)
     nlp = spacy.load(tmp_path / "out" / "model-last")
     doc = nlp("The dog sat on the mat .")
     assert nlp.pipe_names == ["sentencizer", "elmo", "tagger"] and [t.tag_ for t in doc][:2] == ["DET", "NOUN"]
