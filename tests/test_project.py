@@ -3,12 +3,9 @@ the tiny preset, a few steps), in English and in Bulgarian, in a copy of the pro
 checkout stays clean."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple
 
 import pytest
 import spacy
@@ -38,17 +35,28 @@ def copy_project(tmp_path) -> Path:
     return project
 
 
-def run_project(
-    project: Path, command: str, *overrides: str, temp: Optional[Path] = None
-) -> subprocess.CompletedProcess:
-    """``spacy project run COMMAND`` in ``project``; with ``temp``, its temporary files go there."""
-    env = {**os.environ, "TMPDIR": str(temp)} if temp is not None else None
-    return subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", command, str(project), *overrides],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+class Finished(NamedTuple):
+    """How a ``spacy project run`` ended: its exit code and what it and its steps printed."""
+
+    returncode: int
+    output: str
+
+
+def run_project(capfd, project: Path, command: str, *overrides: str, dry: bool = False) -> Finished:
+    """``spacy project run COMMAND PROJECT --vars...`` through weasel's ``project_run``, what that
+    command runs: each step's script is still a process of its own, the driver is this one."""
+    from weasel.cli.run import project_run
+    from weasel.util import parse_config_overrides
+
+    capfd.readouterr()
+    settings = parse_config_overrides(list(overrides))
+    try:
+        project_run(project, command, overrides=settings, dry=dry, parent_command="python -m spacy")
+        code = 0
+    except SystemExit as exit:  # a failed step ends the run as the command would
+        code = exit.code if isinstance(exit.code, int) else 1
+    printed = capfd.readouterr()
+    return Finished(code, printed.out + printed.err)
 
 
 def test_the_workflow_trains_the_sweeps_best_candidate_on_the_clock():
@@ -76,11 +84,12 @@ def test_the_workflow_trains_the_sweeps_best_candidate_on_the_clock():
 
 
 @pytest.mark.slow
-def test_workflow_all_on_a_tiny_configuration(tmp_path):
+def test_workflow_all_on_a_tiny_configuration(tmp_path, monkeypatch, capfd):
     project, temp = copy_project(tmp_path), tmp_path / "temp"
     temp.mkdir()
-    result = run_project(project, "all", *TINY, temp=temp)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    monkeypatch.setenv("TMPDIR", str(temp))  # the steps' temporary files
+    result = run_project(capfd, project, "all", *TINY)
+    assert result.returncode == 0, result.output[-6000:]
     assert not list(temp.glob("elmo-demo-*")), "the demo removes the wheel it installed for itself"
 
     manifest = json.loads((project / "corpus" / "manifest.json").read_text())
@@ -95,17 +104,17 @@ def test_workflow_all_on_a_tiny_configuration(tmp_path):
     demo = (project / "metrics" / "demo.txt").read_text()
     assert "Loaded en_elmo_sample" in demo and "sentence similarities" in demo
 
-    again = run_project(project, "all", *TINY, "--dry")  # dry: what a rerun would skip, without the demo's run
+    again = run_project(capfd, project, "all", *TINY, dry=True)  # dry: what a rerun would skip, without the demo's run
     assert again.returncode == 0
-    assert again.stdout.count("Skipping") >= 6, "finished steps are skipped on a rerun"
+    assert again.output.count("Skipping") >= 6, "finished steps are skipped on a rerun"
 
 
 @pytest.mark.slow
 @pytest.mark.matrix  # 27 s: the default run keeps the English workflow; `nox -s matrix` runs this one
-def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path):
+def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd):
     project = copy_project(tmp_path)
-    result = run_project(project, "all", "--vars.lang=bg", *TINY)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_project(capfd, project, "all", "--vars.lang=bg", *TINY)
+    assert result.returncode == 0, result.output[-6000:]
 
     text = (project / "assets" / "text" / "bg" / "wikipedia-sample.txt").read_text()
     assert text.count("\n\n") == 11 and "Григорианският календар" in text
@@ -125,11 +134,11 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path):
 
 
 @pytest.mark.slow
-def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path):
+def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path, capfd):
     project = copy_project(tmp_path)
-    missing = run_project(project, "text", "--vars.lang=de")
-    assert missing.returncode != 0 and "No built-in text for language 'de'" in missing.stdout + missing.stderr
-    assert "--vars.text PATH" in missing.stdout + missing.stderr
-    given = run_project(project, "text", "--vars.lang=de", "--vars.text=my-text")
-    assert given.returncode == 0 and "no built-in text needed" in given.stdout
+    missing = run_project(capfd, project, "text", "--vars.lang=de")
+    assert missing.returncode != 0 and "No built-in text for language 'de'" in missing.output
+    assert "--vars.text PATH" in missing.output
+    given = run_project(capfd, project, "text", "--vars.lang=de", "--vars.text=my-text")
+    assert given.returncode == 0 and "no built-in text needed" in given.output
     assert not (project / "assets" / "text" / "de").exists()
