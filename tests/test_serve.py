@@ -19,6 +19,8 @@ httpx = pytest.importorskip("httpx")
 
 from served_process import (  # noqa: E402
     Served,
+    http_get,
+    http_post,
     is_loopback,
     listening_addresses,
     session_processes,
@@ -110,7 +112,7 @@ def test_no_body_a_client_sends_is_an_error_of_the_service(body):
 def test_the_running_service_answers_any_body_with_a_200_or_a_4xx(service, body):
     """The same bodies over HTTP to the service the docs describe: a 200 with the docs' vectors or a
     4xx saying what was wrong, as JSON; the service goes on answering."""
-    answer = httpx.post(f"{service}/embed", content=body, headers={"Content-Type": "application/json"}, timeout=60)
+    answer = http_post(f"{service}/embed", content=body, headers={"Content-Type": "application/json"}, timeout=60)
     assert answer.status_code == 200 or 400 <= answer.status_code < 500, (answer.status_code, answer.text)
     if answer.status_code == 200:  # the service runs with the default limits, as LIMITS
         sent = parse_request(body, LIMITS).n_docs
@@ -162,7 +164,7 @@ def alone(tiny_weights):
 
 
 def post(url, payload, **kwargs):
-    response = httpx.post(f"{url}/embed", json=payload, timeout=120, **kwargs)
+    response = http_post(f"{url}/embed", json=payload, timeout=120, **kwargs)
     assert response.status_code == 200, response.text
     return response.json()["docs"]
 
@@ -200,10 +202,10 @@ def test_words_and_float16_give_the_pipelines_numbers(service, alone):
 
 def test_bad_input_gets_a_4xx_and_the_service_keeps_serving(service):
     for body, status, message in BAD_BODIES:
-        response = httpx.post(f"{service}/embed", content=body, timeout=60)
+        response = http_post(f"{service}/embed", content=body, timeout=60)
         assert response.status_code == status and message in response.json()["error"], (message, response.text)
-    assert httpx.get(f"{service}/embed", timeout=10).status_code == 405
-    assert httpx.get(f"{service}/nowhere", timeout=10).status_code == 404
+    assert http_get(f"{service}/embed", timeout=10).status_code == 405
+    assert http_get(f"{service}/nowhere", timeout=10).status_code == 404
     assert post(service, {"texts": ["Still serving."]})[0]["words"] == ["Still", "serving", "."]
 
 
@@ -284,23 +286,23 @@ def test_openais_client_gets_the_doc_vectors(service, alone):
 
 
 def test_metadata_health_and_readiness(service, alone):
-    about = httpx.get(f"{service}/metadata", timeout=10).json()
+    about = http_get(f"{service}/metadata", timeout=10).json()
     bilm = alone.get_pipe("elmo").bilm
     assert about["elmo"]["layers"] == bilm.config.n_output_layers and about["elmo"]["width"] == bilm.config.output_dim
     assert about["elmo"]["precision"] == "fp32" and about["batching"]["on"] is True
     assert about["components"] == ["sentencizer", "elmo"] and about["api_key"] is False
-    assert "spacy_elmo_requests_total" in httpx.get(f"{service}/metrics", timeout=10).text
-    assert httpx.get(f"{service}/health", timeout=10).json() == {"status": "ok"}
-    assert httpx.get(f"{service}/ready", timeout=10).json() == {"ready": True}
+    assert "spacy_elmo_requests_total" in http_get(f"{service}/metrics", timeout=10).text
+    assert http_get(f"{service}/health", timeout=10).json() == {"status": "ok"}
+    assert http_get(f"{service}/ready", timeout=10).json() == {"ready": True}
 
 
 def test_the_api_document_and_its_page_are_served_without_a_key(service):
     """docs/serving.md's `curl .../openapi.json`: every route in it; /docs, the page that shows it."""
     from spacy_elmo.serving.gateway import ROUTES
 
-    document = httpx.get(f"{service}/openapi.json", timeout=10).json()
+    document = http_get(f"{service}/openapi.json", timeout=10).json()
     assert document["openapi"] == "3.1.0" and set(document["paths"]) == set(ROUTES), sorted(document["paths"])
-    page = httpx.get(f"{service}/docs", timeout=10)
+    page = http_get(f"{service}/docs", timeout=10)
     assert page.status_code == 200 and "openapi.json" in page.text
 
 

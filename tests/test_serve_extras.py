@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 pytest.importorskip("uvicorn", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 httpx = pytest.importorskip("httpx")
 
-from served_process import Served  # noqa: E402
+from served_process import Served, http_get, http_post  # noqa: E402
 
 from spacy_elmo.serving.settings import SERVE_MODULES  # noqa: E402
 
@@ -51,11 +51,11 @@ def test_without_ray_one_process_answers_every_route(tiny_weights):
     served = Served(tiny_weights, hidden=["ray"])
     try:
         url = served.ready()
-        embedded = httpx.post(f"{url}/embed", json={"texts": ["The cat sat."]}, timeout=60)
+        embedded = http_post(f"{url}/embed", json={"texts": ["The cat sat."]}, timeout=60)
         assert embedded.status_code == 200 and len(embedded.json()["docs"][0]["vector"]) > 0, embedded.text
-        openai = httpx.post(f"{url}/v1/embeddings", json={"input": "The cat sat.", "model": "elmo"}, timeout=60)
+        openai = http_post(f"{url}/v1/embeddings", json={"input": "The cat sat.", "model": "elmo"}, timeout=60)
         assert openai.status_code == 200 and openai.json()["data"][0]["embedding"], openai.text
-        metrics = httpx.get(f"{url}/metrics", timeout=60)
+        metrics = http_get(f"{url}/metrics", timeout=60)
         assert metrics.status_code == 200 and "spacy_elmo_requests_in_service" in metrics.text
     finally:
         served.stop()

@@ -11,7 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from served_process import Served, samples_of, session_processes, sigterm_with_requests_in_flight, wait_for
+from served_process import (
+    Served,
+    http_get,
+    http_post,
+    samples_of,
+    session_processes,
+    sigterm_with_requests_in_flight,
+    wait_for,
+)
 from test_serve import TEXTS
 
 pytest.importorskip("ray.serve", reason="the ray extra (pip install spacy-elmo[ray]) is not installed")
@@ -36,13 +44,13 @@ HELD_REQUEST = {"texts": [" ".join(TEXTS * 80)] * 6, "tokens": "none"}
 
 def in_service(service: str) -> float:
     """The embedding requests admitted and not yet answered, as the service's metrics say."""
-    return samples_of(httpx.get(f"{service}/metrics", timeout=10).text, "spacy_elmo_requests_in_service")
+    return samples_of(http_get(f"{service}/metrics", timeout=10).text, "spacy_elmo_requests_in_service")
 
 
 def post(service: str, body: dict, statuses: list) -> None:
     """POST ``body`` to /embed; its status (or the error that lost it) appended to ``statuses``."""
     try:
-        answer = httpx.post(f"{service}/embed", json=body, timeout=120)
+        answer = http_post(f"{service}/embed", json=body, timeout=120)
         refused_well = answer.status_code != 503 or answer.headers.get("Retry-After") == "1"
         statuses.append(answer.status_code if refused_well else "503 without Retry-After: 1")
     except httpx.HTTPError as lost:
@@ -57,7 +65,7 @@ def test_a_replica_killed_under_load_costs_no_request(on_ray):
     ``spacy_elmo_replica_failures_total``; test_serve_gateway.py holds that path), Ray's router may
     resend, unseen, one the replica had not yet accepted: the count is printed, not asserted."""
     service = on_ray.url
-    replica = httpx.get(f"{service}/metadata", timeout=10).json()["replica"]
+    replica = http_get(f"{service}/metadata", timeout=10).json()["replica"]
     statuses, held, stop, go = [], [], threading.Event(), threading.Event()
     go.set()  # cleared while the held request goes in alone
     deadline = time.monotonic() + 600  # a hang guard: the test stops its clients well before
@@ -90,7 +98,7 @@ def test_a_replica_killed_under_load_costs_no_request(on_ray):
             )
             os.kill(int(replica.rsplit(":", 1)[1]), signal.SIGKILL)
             before = len(statuses)
-            back = wait_for(lambda: httpx.get(f"{service}/metadata", timeout=30).json()["replica"] != replica, 120)
+            back = wait_for(lambda: http_get(f"{service}/metadata", timeout=30).json()["replica"] != replica, 120)
             assert back, (
                 f"no replica in place of {replica} within 120 s: {dict(Counter(statuses))}: {on_ray.output[-2000:]}"
             )
@@ -106,7 +114,7 @@ def test_a_replica_killed_under_load_costs_no_request(on_ray):
     print(f"replica killed under 8 clients: {dict(counts)} over {len(statuses)} requests; the held one: {held}")
     assert set(counts) <= {200, 503} and held == [200], (counts, held)
     assert 200 in statuses[before:], "the replica started in its place answers"
-    metrics = httpx.get(f"{service}/metrics", timeout=10).text
+    metrics = http_get(f"{service}/metrics", timeout=10).text
     print(f"requests the gateway sent again: {samples_of(metrics, 'spacy_elmo_replica_failures_total'):.0f}")
     assert samples_of(metrics, "spacy_elmo_replica_restarts_total") == 1
 
