@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import httpx
 import pytest
@@ -53,11 +53,56 @@ def answer_problems(document: Dict[str, Any], response: httpx.Response) -> List[
 
 
 def _errors(document: Dict[str, Any], content: Dict[str, Any], body: Any) -> List[Any]:
-    from jsonschema import Draft202012Validator
+    return list(_validator(document, content).iter_errors(body))[:5]
 
-    # the schema's $refs point into the document's components: they go in the root beside it
-    schema = {**content["schema"], "components": document["components"]}
-    return list(Draft202012Validator(schema).iter_errors(body))[:5]
+
+_VALIDATORS: Dict[int, Any] = {}  # id(content) -> (content, its validator): the documents are kept (_document)
+
+
+def _validator(document: Dict[str, Any], content: Dict[str, Any]) -> Any:
+    """A JSON Schema 2020-12 validator of ``content``'s schema, made once per answer's content."""
+    kept = _VALIDATORS.get(id(content))
+    if kept is None or kept[0] is not content:
+        # the schema's $refs point into the document's components: they go in the root beside it
+        schema = {**content["schema"], "components": document["components"]}
+        kept = _VALIDATORS[id(content)] = (content, _scalar_arrays_validator()(schema))
+    return kept[1]
+
+
+def _scalar_types(schema: Any) -> Optional[List[str]]:
+    """The JSON types an item schema allows where it is nothing but types: ``{"type": T}``, or an
+    ``anyOf`` of such (a description aside); None for any other schema."""
+    if not isinstance(schema, dict):
+        return None
+    rest = {key: value for key, value in schema.items() if key != "description"}
+    if set(rest) == {"type"} and isinstance(rest["type"], str):
+        return [rest["type"]]
+    if set(rest) == {"anyOf"}:
+        parts = [_scalar_types(option) for option in rest["anyOf"]]
+        return [kind for part in parts if part is not None for kind in part] if None not in parts else None
+    return None
+
+
+def _items(validator: Any, items: Any, instance: Any, schema: Dict[str, Any]) -> Iterator[Any]:
+    """2020-12's ``items``, with arrays of scalars (the vectors, thousands of numbers an answer)
+    checked by type alone: where every item is of a type the item schema allows, it has no error to
+    find; any other array, and any array with an item of another type, goes to jsonschema's own."""
+    from jsonschema import _keywords
+
+    kinds = _scalar_types(items) if "prefixItems" not in schema else None
+    if kinds is not None and validator.is_type(instance, "array"):
+        if all(any(validator.is_type(item, kind) for kind in kinds) for item in instance):
+            return
+    yield from _keywords.items(validator, items, instance, schema)
+
+
+@functools.lru_cache(maxsize=1)
+def _scalar_arrays_validator() -> Any:
+    """Draft 2020-12's validator with ``_items`` (made on first use: jsonschema is imported only where
+    answers are checked)."""
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(Draft202012Validator, {"items": _items})
 
 
 @functools.lru_cache(maxsize=4)

@@ -154,11 +154,36 @@ def test_a_wrong_answer_is_caught_with_what_is_wrong():
         "the plain error form on the OpenAI route": answer("POST", "/v1/embeddings", 422, {"error": "x"}, json_type),
         "another media type": answer("GET", "/health", 200, {"status": "ok"}, {"content-type": "text/plain"}),
     }
+    # served_schema checks an array of numbers by its items' types at once: each item still counts
+    fine = {
+        "words": ["A", "b"],
+        "vector": [0.5, None],
+        "vectors": [[0.5, 1.0], [None, 2.0]],
+        "sentences": [{"start": 0, "end": 2, "vector": [1, -2.5]}],
+    }
+    for name, item in (("a string", "0.5"), ("true", True), ("a list", [0.5]), ("an object", {"x": 1})):
+        for field, doc in (
+            ("vector", {**fine, "vector": [item, 0.5]}),
+            ("vectors", {**fine, "vectors": [[0.5, 1.0], [None, item]]}),
+            ("sentences", {**fine, "sentences": [{"start": 0, "end": 2, "vector": [1, item]}]}),
+        ):
+            wrong[f"{name} in a doc's {field}"] = answer("POST", "/embed", 200, {"docs": [doc]}, json_type)
+
+    def openai(embedding):
+        data = [{"object": "embedding", "index": 0, "embedding": embedding}]
+        usage = {"prompt_tokens": 2, "total_tokens": 2}
+        return answer(
+            "POST", "/v1/embeddings", 200, {"object": "list", "data": data, "model": "elmo", "usage": usage}, json_type
+        )
+
+    wrong["a string in an OpenAI embedding"] = openai([0.5, "x"])
     for name, response in wrong.items():
         assert answer_problems(document, response), name
     with pytest.raises(AssertionError, match="not as /openapi.json says"):
         check_answer(wrong["a field too many"])
     assert answer_problems(document, answer("GET", "/health", 200, {"status": "ok"}, json_type)) == []
+    assert answer_problems(document, answer("POST", "/embed", 200, {"docs": [fine]}, json_type)) == []
+    assert answer_problems(document, openai([0.5, -1])) == answer_problems(document, openai("AAAAPw==")) == []
 
 
 def test_the_answers_of_this_files_tests_are_checked_as_they_arrive():
