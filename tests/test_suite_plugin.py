@@ -46,7 +46,7 @@ def test_sleeps():
 """
 
 
-def test_the_time_log_names_each_tests_worker_and_start_and_the_script_sums_them(pytester, tmp_path):
+def test_the_time_log_names_each_tests_worker_and_start_and_the_script_sums_them(pytester, tmp_path, monkeypatch):
     """A run's --time-log holds one row per test that scripts/heaviest_tests.py reads: the table of
     the heaviest and each worker's busy and idle time."""
     import importlib.util
@@ -56,6 +56,7 @@ def test_the_time_log_names_each_tests_worker_and_start_and_the_script_sums_them
     spec.loader.exec_module(heaviest)
     pytester.makepyfile(test_inner=A_QUICK_TEST, test_sleeping=A_SLEEPING_TEST)
     log = tmp_path / "times.tsv"
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the inner run is no worker's, even in one
     pytester.runpytest_inprocess("-p", "suite_plugin", "-n", "0", "--time-log", str(log)).assert_outcomes(passed=2)
     rows = {row.test: row for row in heaviest.read_log(log)}
     assert set(rows) == {"test_inner.py::test_quick", "test_sleeping.py::test_sleeps"}
