@@ -25,15 +25,21 @@ def install_and_run(python, package_folder, check, cwd):
     import json
 
     (wheel,) = (package_folder / "dist").glob("*.whl")
-    run(python, "-m", "pip", "install", "-q", wheel)
+    pip_into(python, "install", "-q", wheel)
     return json.loads(run(python, "-c", check, cwd=cwd))
 
 
-def new_venv(tmp_path_factory) -> Path:
+def new_venv(tmp_path_factory, with_pip: bool = True) -> Path:
     """A new virtual environment; its python."""
     environment = tmp_path_factory.mktemp("venv") / "venv"
-    venv.create(environment, with_pip=True)
+    venv.create(environment, with_pip=with_pip)
     return environment / "bin" / "python"
+
+
+def pip_into(python, *arguments):
+    """This environment's pip, acting on ``python``'s venv (``pip --python``): the venv needs no pip of
+    its own (its setuptools, 65 on Python 3.11, would shadow the borrowed one torch requires)."""
+    return run(sys.executable, "-m", "pip", "--python", python, *arguments)
 
 
 def site_packages(python) -> Path:
@@ -50,9 +56,7 @@ def fresh_python(tmp_path_factory):
     """A new virtual environment with spacy-elmo installed from a wheel of this checkout, and this
     environment's packages (torch, spaCy...) but spacy-lookups-data on its path after its own: what
     a pipeline's wheel resolves its requirements against."""
-    python = new_venv(tmp_path_factory)
-    # the venv's own setuptools (65 on Python 3.11) would shadow the borrowed one torch requires (>= 77)
-    run(python, "-m", "pip", "uninstall", "-q", "-y", "setuptools")
+    python = new_venv(tmp_path_factory, with_pip=False)
     borrowed = tmp_path_factory.mktemp("borrowed")
     for entry in site_packages(sys.executable).iterdir():
         if not entry.name.startswith(NOT_BORROWED):
@@ -60,11 +64,12 @@ def fresh_python(tmp_path_factory):
     (site_packages(python) / "borrowed.pth").write_text(f"{borrowed}\n")
     wheels = tmp_path_factory.mktemp("wheel")
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT)
-    run(python, "-m", "pip", "install", "-q", "--no-deps", *wheels.glob("spacy_elmo-*.whl"))
-    where = run(python, "-c", "import spacy_elmo; print(spacy_elmo.__file__)", cwd=python.parent)
+    pip_into(python, "install", "-q", "--no-deps", *wheels.glob("spacy_elmo-*.whl"))
+    check = "import spacy_elmo; from spacy_elmo.tasks.shipped_configs import config_names\n"
+    check += "print(spacy_elmo.__file__); print(config_names())"
+    where, shipped = run(python, "-c", check, cwd=python.parent).strip().splitlines()
     assert where.startswith(str(python.parents[1])), "the installed copy, not the checkout's"
-    shipped = "from spacy_elmo.tasks.shipped_configs import config_names; print(config_names())"
-    assert run(python, "-c", shipped, cwd=python.parent).strip() == str(SHIPPED_CONFIGS), "the wheel ships the configs"
+    assert shipped == str(SHIPPED_CONFIGS), "the wheel ships the configs"
     return python
 
 
@@ -105,7 +110,7 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_pyth
     )
     (wheel,) = (tmp_path / "packages").glob("*/dist/*.whl")
     python = fresh_python
-    run(python, "-m", "pip", "install", "-q", wheel)
+    pip_into(python, "install", "-q", wheel)
     check = (
         "import spacy\n"
         "nlp = spacy.load('en_elmo_tiny_test')\n"
