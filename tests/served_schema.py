@@ -87,13 +87,13 @@ def _items(validator: Any, items: Any, instance: Any, schema: Dict[str, Any]) ->
     """2020-12's ``items``, with arrays of scalars (the vectors, thousands of numbers an answer)
     checked by type alone: where every item is of a type the item schema allows, it has no error to
     find; any other array, and any array with an item of another type, goes to jsonschema's own."""
-    from jsonschema import _keywords
+    from jsonschema import Draft202012Validator
 
     kinds = _scalar_types(items) if "prefixItems" not in schema else None
     if kinds is not None and validator.is_type(instance, "array"):
         if all(any(validator.is_type(item, kind) for kind in kinds) for item in instance):
             return
-    yield from _keywords.items(validator, items, instance, schema)
+    yield from Draft202012Validator.VALIDATORS["items"](validator, items, instance, schema)
 
 
 @functools.lru_cache(maxsize=1)

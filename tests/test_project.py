@@ -54,7 +54,7 @@ def run_project(capfd, project: Path, command: str, *overrides: str, dry: bool =
         project_run(project, command, overrides=settings, dry=dry, parent_command="python -m spacy")
         code = 0
     except SystemExit as exit:  # a failed step ends the run as the command would
-        code = exit.code if isinstance(exit.code, int) else 1
+        code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
     printed = capfd.readouterr()
     return Finished(code, printed.out + printed.err)
 
