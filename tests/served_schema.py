@@ -84,8 +84,8 @@ def _scalar_types(schema: Any) -> Optional[List[str]]:
 
 
 def _items(validator: Any, items: Any, instance: Any, schema: Dict[str, Any]) -> Iterator[Any]:
-    """2020-12's ``items``, with arrays of scalars (the vectors, thousands of numbers an answer)
-    checked by type alone: where every item is of a type the item schema allows, it has no error to
+    """2020-12's ``items``, with arrays of scalars (the vectors: 2P numbers each, one per doc, sentence
+    or token) checked by type alone: where every item is of a type the item schema allows, it has no error to
     find; any other array, and any array with an item of another type, goes to jsonschema's own."""
     from jsonschema import Draft202012Validator
 
