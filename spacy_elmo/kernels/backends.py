@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -146,6 +147,11 @@ class Backend:
         """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls:
         x (G, K) -> (G, N), G from ``step_rows``."""
         raise NotImplementedError
+
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        """``step_matmul`` by one weight, what the step loop calls at every step: x (G, K) -> (G, N).
+        A route whose weight takes a lookup (a reordered or quantized copy) makes it once here."""
+        return functools.partial(self.step_matmul, weight=weight)
 
     def step_rows(self, lanes: int) -> int:
         """The rows a step matmul of ``lanes`` working lanes takes: the lanes where any row count
@@ -279,6 +285,9 @@ class OneDnnAnyRows(Backend):
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         return onednn.linear(x, weight, self.choice.runs)
 
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        return onednn.prepared_linear(weight, self.choice.runs)
+
 
 class FixedShapes(Backend):
     """Zero-padded blocks of a fixed shape (``batch_invariant``): a row's bits are those of its
@@ -303,6 +312,9 @@ class OneDnnFixedRows(FixedShapes):
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         return onednn.linear(x, weight, self.choice.runs)
 
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        return onednn.prepared_linear(weight, self.choice.runs)
+
 
 class Int8Sums(Backend):
     """Exact integer sums (``quantized``): the same bits at any row count, on every int8 kernel."""
@@ -324,6 +336,10 @@ class Int8Sums(Backend):
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
         assert self.int8 is not None
         return quantized.linear(x, weight, self.int8)
+
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        assert self.int8 is not None
+        return quantized.prepared_linear(weight, self.int8)
 
     def check_fits(self, model: torch.nn.Module) -> None:
         """Refuse a model with a matmul summing more than ``quantized.MAX_K`` products: its int32

@@ -153,7 +153,7 @@ def elementwise_(op_: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     every element takes the same code path: on CPU in slices of ``_SINGLE_THREAD_ELEMENTS``. Only the
     tensor's end can have a scalar tail, so callers lay data out for it to cover all items alike:
     ``(features, columns)``, columns a multiple of 16, or ``(items, features)``, items a multiple of 32."""
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or x.numel() <= _SINGLE_THREAD_ELEMENTS:  # on CPU one slice: x itself
         return op_(x)
     flat = x.view(-1)
     # ATen splits threads x _SINGLE_THREAD_ELEMENTS into one such slice per thread (at::parallel_for:

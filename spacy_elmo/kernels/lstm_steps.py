@@ -290,6 +290,8 @@ class Matmuls(Protocol):
 
     def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor: ...
 
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]: ...
+
 
 def check_path(path: str) -> None:
     """Raise ValueError unless ``path`` is one of ``PATHS``."""
@@ -329,21 +331,17 @@ class StepMatmuls:
     """The three matmuls of a layer in the step loop, token-major, through the backend: the input
     projection x (N, I) -> (N, 4H) with the bias, the recurrence h (G, P) -> (G, 4H) and the
     projection hidden (G, H) -> (G, P), G the lanes at work (the whole chunk where rows depend on
-    the row count)."""
+    the row count). The two step matmuls are the backend's ``step_product``s, made once per call."""
 
     def __init__(self, layer: Any, matmuls: Matmuls) -> None:
         self.layer, self.matmuls = layer, matmuls
+        self.recurrent = matmuls.step_product(layer.weight_hh)
+        self.project = matmuls.step_product(layer.weight_hr)
 
     def inputs(self, x: Tensor, scratch: Optional["Scratch"] = None) -> Tensor:
         layer = self.layer
         out = scratch.take(x.shape[0], layer.weight_ih.shape[0], x) if scratch is not None else None
         return self.matmuls.linear(x, layer.weight_ih, layer.bias, out)
-
-    def recurrent(self, h: Tensor) -> Tensor:
-        return self.matmuls.step_matmul(h, self.layer.weight_hh)
-
-    def project(self, hidden: Tensor) -> Tensor:
-        return self.matmuls.step_matmul(hidden, self.layer.weight_hr)
 
 
 class Scratch:
@@ -399,14 +397,16 @@ def run_step_loop(
         for first, count in groups:
             rows = count if matmuls.any_rows else plan.width
             lanes = slice(first, first + count)
-            tokens = table[step, lanes]
-            gates = products.recurrent(h[first : first + rows])[:count].add_(inputs[taken : taken + count])
+            gates = products.recurrent(h[first : first + rows])
+            gates = (gates if rows == count else gates[:count]).add_(inputs[taken : taken + count])
             taken += count
             c[lanes], hidden = _cell_update(layer, gates, c[lanes])
             if count < rows:
                 hidden = torch.cat([hidden, hidden.new_zeros(rows - count, hidden.shape[1])])
-            h[lanes] = layer.project(hidden, products.project)[:count]
-            out[tokens] = h[lanes]
+            projected = layer.project(hidden, products.project)
+            projected = projected if rows == count else projected[:count]
+            h[lanes] = projected
+            out[table[step, lanes]] = projected
         if final is not None:
             for lane, sentence in plan.ends.get(step, ()):
                 final[0][sentence] = h[lane]

@@ -13,7 +13,7 @@ in order, so that no call splits a sum across threads. Calls run zero-padded to 
 from __future__ import annotations
 
 import functools
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -87,20 +87,31 @@ def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool =
     return _linear_blocks(operand(x.contiguous(), precision), blocks, two_rows=blocks[0].shape[1] > K_BLOCK)
 
 
+def prepared_linear(weight: Tensor, precision: str = "fp32") -> Callable[[Tensor], Tensor]:
+    """``linear(x, weight, precision)`` with the weight's reordered blocks looked up once: for a
+    loop that multiplies by one weight many times (the LSTM step loop), the same bits."""
+    blocks = reordered_blocks(weight, precision)
+    two_rows = blocks[0].shape[1] > K_BLOCK
+    return lambda x: _linear_blocks(operand(x.contiguous(), precision), blocks, two_rows)
+
+
 def _linear_blocks(x: Tensor, blocks: List[Tensor], two_rows: bool = False) -> Tensor:
     """Sums of the K blocks' products, added in order, in fp32 (bf16 products arrive rounded), rows
     padded to their bucket (``bucket_rows``); ``two_rows``: a single row padded to two, where oneDNN
     would sum one row in another order (a GEMV): a plain weight, or a reordered one longer than K_BLOCK."""
     rows = x.shape[0]
     x = padded_to_bucket(x, least=2 if two_rows else 1)
-    out, start = None, 0
-    for block in blocks:
-        width = block.shape[1]
-        part = torch.ops.mkldnn._linear_pointwise(x[:, start : start + width], block, None, "none", [], "")
-        out = part.float() if out is None else out.add_(part)
-        start += width
-    assert out is not None  # every caller passes at least one block
-    return out[:rows]
+    if len(blocks) == 1:  # the whole K in one call (x whole, not a slice of itself): one op less
+        out = torch.ops.mkldnn._linear_pointwise(x, blocks[0], None, "none", [], "").float()
+    else:
+        out, start = None, 0
+        for block in blocks:
+            width = block.shape[1]
+            part = torch.ops.mkldnn._linear_pointwise(x[:, start : start + width], block, None, "none", [], "")
+            out = part.float() if out is None else out.add_(part)
+            start += width
+        assert out is not None  # every caller passes at least one block
+    return out if out.shape[0] == rows else out[:rows]
 
 
 def plain_takes(weight: Tensor, precision: str = "fp32") -> bool:

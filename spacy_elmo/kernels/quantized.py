@@ -11,6 +11,7 @@ runs only where ``_sums_exact`` finds it exact.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
@@ -142,11 +143,23 @@ def linear(
         rows = x.shape[0]
         out = sums[:rows].mul_(coarse[:, None]).add_(sums[rows:].mul_(residual[:, None]))
     else:
-        values, x_scale = quantize_rows(x, kernel.operand)
-        out = channel_scaled_sums(values, weight_q).mul_(x_scale[:, None])
+        out = _coarse_linear(x, weight_q, kernel.operand)
     if bias is not None:
         out.add_(bias)
     return out.contiguous()
+
+
+def prepared_linear(weight: Tensor, kernel: Int8Kernel) -> Callable[[Tensor], Tensor]:
+    """``linear(x, weight, kernel)`` with the weight's int8 copy looked up once: for a loop that
+    multiplies by one weight many times (the LSTM step loop), the same bits."""
+    weight_q = quantized_weight(weight, kernel)
+    return functools.partial(_coarse_linear, weight_q=weight_q, operand=kernel.operand)
+
+
+def _coarse_linear(x: Tensor, weight_q: QuantizedWeight, operand: torch.dtype) -> Tensor:
+    """``linear`` without bias or ``fine_inputs``, on the weight's int8 copy."""
+    values, x_scale = quantize_rows(x, operand)
+    return channel_scaled_sums(values, weight_q).mul_(x_scale[:, None]).contiguous()
 
 
 def quantize_rows_twice(x: Tensor, dtype: torch.dtype = torch.int8) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
