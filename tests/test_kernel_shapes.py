@@ -51,9 +51,12 @@ _RUN_DOCS = """
 import spacy
 
 nlp = spacy.blank("en")
+nlp.add_pipe("sentencizer")
 nlp.add_pipe("elmo", config={{"weights": {weights!r}, "precision": {precision!r}}})
 nlp.initialize()
-words = [f"w{{i % 37}}x{{'y' * (i % 5)}}" for i in range(200)]
+# a sentence ends every 6 words: a doc of n words is ceil(n / 6) sentences, side by side in the
+# step loop (1 to 15 lanes), its tokens all in one call of the position-wise matmuls
+words = [f"w{{i % 37}}x{{'y' * (i % 5)}}" + ("." if i % 6 == 5 else "") for i in range(200)]
 texts = [" ".join(words[start : start + length]) for start, length in enumerate(range(1, 91))]
 nlp(texts[0])
 print("LOADED", flush=True)
@@ -66,8 +69,9 @@ list(nlp.pipe(texts, batch_size=7))
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_docs_of_every_length_reach_onednn_at_bucket_sizes_only(tiny_weights, tmp_path, precision):
-    """Docs of 1 to 90 words, one at a time and in batches of 7 (row counts up to 600): oneDNN's own log
-    (ONEDNN_VERBOSE) of every matmul run after loading names only row counts that are bucket
+    """Docs of 1 to 90 words in sentences of up to 6, one at a time and in batches of 7 (a call's
+    tokens, and its sentences side by side in the step loop, bring many row counts): oneDNN's own
+    log (ONEDNN_VERBOSE) of every matmul run after loading names only row counts that are bucket
     sizes. Without buckets it names every count the docs bring (a kernel compiled and kept for each)."""
     if precision == "fp32":
         skip_where_onednn_rows_vary(onednn.available(torch.device("cpu")))
