@@ -114,7 +114,8 @@ def test_what_ray_started_is_ended_a_process_that_ignores_sigterm_included():
 
 
 class Scripted:
-    """An engine that sends this process SIGTERM while it starts, or while it serves, and records
+    """An engine that sends this process SIGTERM while it starts (where ``swallowed``, inside code
+    that ignores the exception, as a Cython module's import does), or while it serves, and records
     what the service asks of it."""
 
     url = "http://scripted"
@@ -132,6 +133,13 @@ class Scripted:
     def start(self):
         self.calls.append("start")
         self._sigterm("start")
+        if self.sigterm_while == "start, swallowed":
+            from spacy_elmo.serving.sigterm import Stopped
+
+            try:
+                self._sigterm("start, swallowed")
+            except Stopped:
+                pass  # lost here, as "Exception ignored in ..." loses it
 
     def serve(self, drain_s, on_drain):
         self.calls.append("serve")
@@ -146,11 +154,17 @@ class Scripted:
 
 
 @pytest.mark.parametrize(
-    "moment, calls", [("start", ["start", "stop"]), ("serve", ["start", "serve", "terminate", "stop"])]
+    "moment, calls",
+    [
+        ("start", ["start", "stop"]),
+        ("start, swallowed", ["start", "stop"]),
+        ("serve", ["start", "ready", "serve", "terminate", "stop"]),
+    ],
 )
 def test_one_sigterm_handler_stops_any_engine_before_it_answers_and_drains_it_after(moment, calls, tiny_weights):
     """The service's handler, the same for both engines: SIGTERM while the engine starts raises
-    ``Stopped`` (the engine is stopped); once it answers, SIGTERM asks the engine to drain
+    ``Stopped`` (the engine is stopped, and the service never says it is ready), even where the
+    start swallowed that exception; once it answers, SIGTERM asks the engine to drain
     (``terminate``). The handler in place before is put back."""
     from spacy_elmo.serving import service
     from spacy_elmo.serving.settings import ServeSettings
@@ -158,10 +172,35 @@ def test_one_sigterm_handler_stops_any_engine_before_it_answers_and_drains_it_af
     before = signal.getsignal(signal.SIGTERM)
     engine = Scripted(moment)
     settings = ServeSettings(source=str(tiny_weights), threads=1)
-    if moment == "start":
+    ready = lambda url: engine.calls.append("ready")  # noqa: E731
+    if moment.startswith("start"):
         with pytest.raises(service.Stopped):
-            service.run(settings, on_ready=print, on_drain=print, engine=engine)
+            service.run(settings, on_ready=ready, on_drain=print, engine=engine)
     else:
-        service.run(settings, on_ready=print, on_drain=print, engine=engine)
+        service.run(settings, on_ready=ready, on_drain=print, engine=engine)
     assert engine.calls == calls
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_sigterm_lost_before_the_service_started_still_stops_it(tiny_weights):
+    """The command's handler (from its first line) hands a SIGTERM whose ``Stopped`` was swallowed
+    (while the command imported, say) to the service's: the engine starts, is stopped, and the
+    service never says it is ready."""
+    from spacy_elmo.serving import service
+    from spacy_elmo.serving.settings import ServeSettings
+    from spacy_elmo.serving.sigterm import Stopped, stop_before_serving_on_sigterm
+
+    before = stop_before_serving_on_sigterm()
+    try:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # a hang guard: the handler runs in this thread at once, and raises
+        except Stopped:
+            pass  # lost here, as "Exception ignored in ..." loses it
+        engine = Scripted("never")
+        settings = ServeSettings(source=str(tiny_weights), threads=1)
+        with pytest.raises(service.Stopped):
+            service.run(settings, on_ready=lambda url: engine.calls.append("ready"), on_drain=print, engine=engine)
+        assert engine.calls == ["start", "stop"]
+    finally:
+        signal.signal(signal.SIGTERM, before)

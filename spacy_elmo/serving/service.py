@@ -69,8 +69,8 @@ def run(
         running = engine if engine is not None else engine_for(settings)
         try:
             running.start()
+            sigterm.serving(running.terminate)  # before it says it is ready: a SIGTERM after that drains
             on_ready(running.url)
-            sigterm.serving(running.terminate)
             running.serve(DRAIN_S, on_drain)
         except KeyboardInterrupt:
             pass

@@ -15,25 +15,34 @@ class Stopped(Exception):
 
 class ServiceSigterm:
     """The service's SIGTERM handler: raises ``Stopped`` until ``serving(terminate)``, then calls
-    ``terminate`` (the engine's drain)."""
+    ``terminate`` (the engine's drain). A SIGTERM before is remembered too: the handler raises in
+    whatever the main thread runs, and code that ignores the exceptions it meets (a Cython module's
+    import, a finalizer: "Exception ignored in ...") would otherwise lose it and serve on."""
 
-    def __init__(self) -> None:
+    def __init__(self, came: bool = False) -> None:
         self.terminate: Optional[Callable[[], None]] = None
+        self.came = came
 
     def serving(self, terminate: Callable[[], None]) -> None:
-        """From now on SIGTERM drains: it calls ``terminate``."""
+        """From now on SIGTERM drains: it calls ``terminate``. Raises ``Stopped`` where a SIGTERM
+        came before."""
+        if self.came:
+            raise Stopped("SIGTERM before the service answered")
         self.terminate = terminate
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.terminate is None:
+            self.came = True
             raise Stopped("SIGTERM before the service answered")
         self.terminate()
 
 
 @contextlib.contextmanager
 def service_sigterm() -> Iterator["ServiceSigterm"]:
-    """Within the block, SIGTERM goes to a ``ServiceSigterm``; the handler before it is put back after."""
-    handler = ServiceSigterm()
+    """Within the block, SIGTERM goes to a ``ServiceSigterm`` (which knows of a SIGTERM the one it
+    replaces saw); the handler before it is put back after."""
+    before = signal.getsignal(signal.SIGTERM)
+    handler = ServiceSigterm(came=isinstance(before, ServiceSigterm) and before.came)
     before = signal.signal(signal.SIGTERM, handler)
     try:
         yield handler
