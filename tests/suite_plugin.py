@@ -12,7 +12,10 @@
   (``RAY_worker_niceness=0`` in each worker, for the clusters its tests start).
 - **Groups.** A file's tests run in one worker, in order (its module fixtures are made once); the
   files that start a local Ray cluster share one worker, as do the bench smokes, whose session
-  fixture starts every smoke run at once (tests/bench_runner.py).
+  fixture starts every smoke run at once (tests/bench_runner.py). The plugin gives xdist its
+  scheduler for that (``GroupScheduling``): xdist's own ``loadgroup`` reads a test's group from a
+  suffix it writes into the node id, which pytest 9.2 no longer takes (pytest-xdist issue 1386),
+  and then sends each test on its own.
 - **The bound.** A test whose own duration (setup, call and teardown) passes ``SLOWEST_TEST_S``,
   the figure CONTRIBUTING.md states, fails: the next slow test is made cheaper, not added.
 - **Where the time goes.** ``--time-log PATH`` appends one row per test: its wall time (setup, call
@@ -57,13 +60,35 @@ def workers_for(cores: int) -> int:
 
 
 def group_of(item: pytest.Item) -> str:
-    """The xdist group of a test: its file's, or the group its file shares with others."""
-    file = item.path.name
+    """The group of a test: its file's, or the group its file shares with others."""
+    return group_of_file(item.path.name)
+
+
+def group_of_file(file: str) -> str:
+    """The group of the tests of ``file`` (a test file's name)."""
     if file in RAY_FILES:
         return "ray"
     if file.startswith("test_bench_"):
         return "bench"
     return file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``GroupScheduling`` where the run asks for ``--dist loadgroup`` (pyproject.toml's addopts);
+    another ``--dist`` gets xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling, a test's scope its group (``group_of_file``): a worker takes a
+        whole group, in the order of the collection (``--no-loadscope-reorder``)."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of_file(Path(nodeid.split("::", 1)[0]).name)
+
+    return GroupScheduling(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -115,10 +140,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
-    """Each test in its group, the longest groups first: a worker takes the next group when it is
-    free, and a long group started last would leave the other workers idle at the end."""
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    """The longest groups first: a worker takes the next group when it is free, and a long group
+    started last would leave the other workers idle at the end."""
     items.sort(
         key=lambda item: LONGEST_FIRST.index(group_of(item)) if group_of(item) in LONGEST_FIRST else len(LONGEST_FIRST)
     )

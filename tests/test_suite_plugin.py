@@ -1,6 +1,8 @@
 """The suite's own rules (tests/suite_plugin.py): a test over the bound CONTRIBUTING.md states fails,
-the groups it names are files that exist, and its time log is what scripts/heaviest_tests.py reads."""
+the groups it names are files that exist and keep a file's tests in one worker, and its time log is
+what scripts/heaviest_tests.py reads."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,40 @@ def test_the_groups_name_files_that_exist():
     assert list(TESTS.glob("test_bench_*.py"))
     for group in suite_plugin.LONGEST_FIRST:
         assert group in ("ray", "bench") or (TESTS / group).is_file(), group
+
+
+SIX_TESTS = """
+import pytest
+
+@pytest.mark.parametrize("n", range(6))
+def test_one_of_six(n):
+    assert True
+"""
+
+
+def test_a_files_tests_run_in_one_worker_side_by_side(pytester, tmp_path):
+    """Two workers, two files of six tests: each file's tests all run in one worker (its module
+    fixtures made once, and the files that start Ray never at once). xdist names a test's group
+    from its mark in its own hook, so the plugin marks them first: marked after, every test was
+    its own group and a file's tests went to both workers."""
+    pytester.makepyfile(test_first=SIX_TESTS, test_second=SIX_TESTS)
+    log = tmp_path / "times.tsv"
+    environment = {"PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        patch.delenv("PYTEST_XDIST_WORKER", raising=False)
+        patch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+        result = pytester.runpytest_subprocess(
+            "-p", "suite_plugin", "-n", "2", "--dist", "loadgroup", "--time-log", str(log)
+        )
+    result.assert_outcomes(passed=12)
+    workers: dict = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        test, _, _, worker, _ = line.split("\t")
+        workers.setdefault(test.split("::")[0], set()).add(worker)
+    assert workers.keys() == {"test_first.py", "test_second.py"}
+    assert all(len(seen) == 1 for seen in workers.values()), workers
 
 
 A_SLEEPING_TEST = """
