@@ -13,7 +13,7 @@ row's result bitwise independent of the other rows of a call:
   call's own size, both LSTM stacks at once, stateless calls replayed as CUDA graphs
   (``gpu_stacks.CallGraphs``).
 
-A backend offers the few operations the network needs: ``linear`` and ``step_matmul``, the char
+A backend offers the few operations the network needs: ``linear`` and ``step_product``, the char
 convolutions' best windows (``conv_max``), the elementwise functions (``sigmoid_``,
 ``activation_``), how many tokens the char encoder takes at once (``token_blocks``), and both LSTM
 stacks over a call's sentences (``contextualize``). The network calls them and never asks which
@@ -143,15 +143,15 @@ class Backend:
         """``linear`` with ``fine_inputs``: ``_linear`` where the route keeps its inputs whole."""
         return self._linear(x, weight, bias, out, rows)
 
-    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls:
-        x (G, K) -> (G, N), G from ``step_rows``."""
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        """``x @ weight.T`` as the LSTM step loop runs its recurrent and projection matmuls, for one
+        weight: x (G, K) -> (G, N), G from ``step_rows``. The step loop makes one per weight and call,
+        so a route's copy of the weight (reordered, quantized) is looked up once, not at each step."""
         raise NotImplementedError
 
-    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
-        """``step_matmul`` by one weight, what the step loop calls at every step: x (G, K) -> (G, N).
-        A route whose weight takes a lookup (a reordered or quantized copy) makes it once here."""
-        return functools.partial(self.step_matmul, weight=weight)
+    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        """One step matmul (``step_product`` of ``weight``, applied to ``x``)."""
+        return self.step_product(weight)(x)
 
     def step_rows(self, lanes: int) -> int:
         """The rows a step matmul of ``lanes`` working lanes takes: the lanes where any row count
@@ -282,9 +282,6 @@ class OneDnnAnyRows(Backend):
                 torch.add(block, bias, out=target)
         return out
 
-    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        return onednn.linear(x, weight, self.choice.runs)
-
     def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
         return onednn.prepared_linear(weight, self.choice.runs)
 
@@ -299,8 +296,9 @@ class FixedShapes(Backend):
         result = matmul_rows(x, weight.t(), rows, self.choice.runs)
         return result if bias is None else result.add_(bias)
 
-    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        return matmul_rows(x, weight.t(), x.shape[0], self.choice.runs)
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        weight_t, precision = weight.t(), self.choice.runs
+        return lambda x: matmul_rows(x, weight_t, x.shape[0], precision)
 
 
 class OneDnnFixedRows(FixedShapes):
@@ -308,9 +306,6 @@ class OneDnnFixedRows(FixedShapes):
     fixed shapes, step matmuls at the fixed row count of the step loop's chunks."""
 
     route = Route.ONEDNN_FIXED_ROWS
-
-    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        return onednn.linear(x, weight, self.choice.runs)
 
     def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
         return onednn.prepared_linear(weight, self.choice.runs)
@@ -332,10 +327,6 @@ class Int8Sums(Backend):
         fell short of int8's promised cosine (docs/promises.md)."""
         assert self.int8 is not None
         return quantized.linear(x, weight, self.int8, bias, fine_inputs=True)
-
-    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        assert self.int8 is not None
-        return quantized.linear(x, weight, self.int8)
 
     def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
         assert self.int8 is not None
@@ -370,8 +361,8 @@ class TritonBackend(Backend):
     def _linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], out: Optional[Tensor], rows: int) -> Tensor:
         return self.ops.linear(x, weight, bias)
 
-    def step_matmul(self, x: Tensor, weight: Tensor) -> Tensor:
-        return self.ops.linear(x, weight)
+    def step_product(self, weight: Tensor) -> Callable[[Tensor], Tensor]:
+        return functools.partial(self.ops.linear, weight=weight)
 
     def token_blocks(self, tokens: int) -> Tuple[int, int]:
         """Every token of a call at once: a row's bits do not depend on the others'."""

@@ -83,13 +83,12 @@ def linear(x: Tensor, weight: Tensor, precision: str = "fp32", reordered: bool =
                 f"got K = {weight.shape[1]} in {precision}. Use reordered=True."
             )
         return _linear_blocks(operand(x.contiguous(), precision), [operand(weight, precision)], two_rows=True)
-    blocks = reordered_blocks(weight, precision)
-    return _linear_blocks(operand(x.contiguous(), precision), blocks, two_rows=blocks[0].shape[1] > K_BLOCK)
+    return prepared_linear(weight, precision)(x)
 
 
 def prepared_linear(weight: Tensor, precision: str = "fp32") -> Callable[[Tensor], Tensor]:
-    """``linear(x, weight, precision)`` with the weight's reordered blocks looked up once: for a
-    loop that multiplies by one weight many times (the LSTM step loop), the same bits."""
+    """``linear(x, weight, precision)`` (reordered) with the weight's reordered blocks looked up
+    once: for a loop that multiplies by one weight many times (the LSTM step loop)."""
     blocks = reordered_blocks(weight, precision)
     two_rows = blocks[0].shape[1] > K_BLOCK
     return lambda x: _linear_blocks(operand(x.contiguous(), precision), blocks, two_rows)
