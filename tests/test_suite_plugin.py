@@ -50,11 +50,11 @@ def test_one_of_six(n):
 
 
 def test_a_files_tests_run_in_one_worker_side_by_side(pytester, tmp_path):
-    """Two workers, two files of six tests: each file's tests all run in one worker (its module
-    fixtures made once, and the files that start Ray never at once). xdist names a test's group
-    from its mark in its own hook, so the plugin marks them first: marked after, every test was
-    its own group and a file's tests went to both workers."""
-    pytester.makepyfile(test_first=SIX_TESTS, test_second=SIX_TESTS)
+    """Two workers, three files of six tests, two of them in one group (the bench smokes'): each
+    group's tests all run in one worker (a file's module fixtures made once, and the files that
+    start Ray never at once). With xdist's own loadgroup under pytest 9.2 every test was its own
+    group, and a file's tests went to both workers."""
+    pytester.makepyfile(test_bench_first=SIX_TESTS, test_bench_second=SIX_TESTS, test_third=SIX_TESTS)
     log = tmp_path / "times.tsv"
     environment = {"PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
     with pytest.MonkeyPatch.context() as patch:
@@ -65,12 +65,12 @@ def test_a_files_tests_run_in_one_worker_side_by_side(pytester, tmp_path):
         result = pytester.runpytest_subprocess(
             "-p", "suite_plugin", "-n", "2", "--dist", "loadgroup", "--time-log", str(log)
         )
-    result.assert_outcomes(passed=12)
+    result.assert_outcomes(passed=18)
     workers: dict = {}
     for line in log.read_text(encoding="utf-8").splitlines():
         test, _, _, worker, _ = line.split("\t")
-        workers.setdefault(test.split("::")[0], set()).add(worker)
-    assert workers.keys() == {"test_first.py", "test_second.py"}
+        workers.setdefault(suite_plugin.group_of_file(test.split("::")[0]), set()).add(worker)
+    assert workers.keys() == {"bench", "test_third.py"}
     assert all(len(seen) == 1 for seen in workers.values()), workers
 
 

@@ -43,7 +43,7 @@ def service_sigterm() -> Iterator["ServiceSigterm"]:
     replaces saw); the handler before it is put back after."""
     before = signal.getsignal(signal.SIGTERM)
     handler = ServiceSigterm(came=isinstance(before, ServiceSigterm) and before.came)
-    before = signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGTERM, handler)
     try:
         yield handler
     finally:
