@@ -55,7 +55,7 @@ nlp.add_pipe("sentencizer")
 nlp.add_pipe("elmo", config={{"weights": {weights!r}, "precision": {precision!r}}})
 nlp.initialize()
 # a sentence ends every 6 words: a doc of n words is ceil(n / 6) sentences, side by side in the
-# step loop (1 to 15 lanes), its tokens all in one call of the position-wise matmuls
+# step loop (1 to 15 of them), its tokens all in one call of the position-wise matmuls
 words = [f"w{{i % 37}}x{{'y' * (i % 5)}}" + ("." if i % 6 == 5 else "") for i in range(200)]
 texts = [" ".join(words[start : start + length]) for start, length in enumerate(range(1, 91))]
 nlp(texts[0])
