@@ -2,18 +2,23 @@
 the run's workers shared the time:
 
     .venv/bin/python -m pytest -q --time-log /tmp/times.tsv
-    .venv/bin/python scripts/heaviest_tests.py /tmp/times.tsv [--top 20]
+    .venv/bin/python scripts/heaviest_tests.py /tmp/times.tsv [--top 20] [--groups]
 
 Wall time is the test's own (setup, call and teardown, its worker busy with it); CPU time is its
 worker's and that of the processes it waited for (a Ray cluster's processes are not among them).
 A worker's idle time at the end is how long it waited, its tests done, for the last worker to end.
+``--groups`` lists the groups a worker takes whole (tests/suite_plugin.py), longest first: the
+plugin's ``LONGEST_FIRST`` names those of 24 s or more, in that order.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
-from typing import Dict, List, NamedTuple
+from typing import Callable, Dict, List, NamedTuple
+
+PLUGIN = Path(__file__).resolve().parents[1] / "tests" / "suite_plugin.py"
 
 
 class Row(NamedTuple):
@@ -76,15 +81,42 @@ def workers_table(rows: List[Row]) -> str:
     return "\n".join(lines)
 
 
+def group_of_file() -> Callable[[str], str]:
+    """The suite plugin's ``group_of_file``, read from tests/suite_plugin.py (not a package)."""
+    spec = importlib.util.spec_from_file_location("suite_plugin", PLUGIN)
+    plugin = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(plugin)  # type: ignore[union-attr]
+    return plugin.group_of_file
+
+
+def groups(rows: List[Row], group_of: Callable[[str], str]) -> List[tuple]:
+    """(group, wall seconds summed over its tests), longest first."""
+    walls: Dict[str, float] = {}
+    for row in rows:
+        group = group_of(Path(row.test.split("::", 1)[0]).name)
+        walls[group] = walls.get(group, 0.0) + row.wall
+    return sorted(walls.items(), key=lambda item: -item[1])
+
+
+def groups_table(rows: List[Row]) -> str:
+    lines = ["| group | wall s |", "|---|---:|"]
+    lines += [f"| {group} | {wall:.0f} |" for group, wall in groups(rows, group_of_file())]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("log", type=Path, help="the file a run's --time-log wrote")
     parser.add_argument("--top", type=int, default=20, help="how many tests the table lists")
+    parser.add_argument("--groups", action="store_true", help="also list the groups, longest first")
     args = parser.parse_args()
     rows = read_log(args.log)
     print(table(rows, args.top))
     print()
     print(workers_table(rows))
+    if args.groups:
+        print()
+        print(groups_table(rows))
 
 
 if __name__ == "__main__":

@@ -40,15 +40,21 @@ SLOWEST_TEST_S = int(BOUND_SENTENCE.search(CONTRIBUTING.read_text(encoding="utf-
 
 # Files whose tests start a local Ray cluster: one at a time on the machine.
 RAY_FILES = {"test_serve_ray.py", "test_embed_ray.py", "test_serve_signals.py", "test_serve_gateway.py"}
-# The groups that take longest (CONTRIBUTING.md's table), longest first.
+# The groups of 24 s or more in a run of the suite (`scripts/heaviest_tests.py LOG --groups`), longest
+# first: a worker free takes the next, so the short files left at the end even out the workers.
 LONGEST_FIRST = [
     "ray",
     "bench",
     "test_training.py",
-    "test_packaging.py",
     "test_project.py",
+    "test_packaging.py",
     "test_bilm.py",
     "test_hardening.py",
+    "test_component.py",
+    "test_triton_kernels.py",
+    "test_docs.py",
+    "test_precision.py",
+    "test_downstream_precision.py",
 ]
 SPENT = pytest.StashKey[float]()
 

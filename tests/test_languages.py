@@ -86,6 +86,24 @@ def test_no_built_in_text_is_extracted_when_the_workflow_reads_other_text(tmp_pa
     assert not output.exists()
 
 
+def test_max_docs_writes_the_first_documents_and_reads_the_source_no_further(tmp_path):
+    read = []
+
+    def documents():
+        for number in range(10):
+            read.append(number)
+            yield [f"Paragraph {number}.", "Its second line."]
+
+    assert builtin_text.write_documents(tmp_path / "three.txt", documents(), max_docs=3) == 3
+    assert (tmp_path / "three.txt").read_text() == "\n\n".join(
+        f"Paragraph {number}.\nIts second line." for number in range(3)
+    ) + "\n"
+    assert read == [0, 1, 2], "the documents after the third are never read"
+    assert builtin_text.write_documents(tmp_path / "all.txt", documents(), max_docs=0) == 10
+    refused = CliRunner().invoke(builtin_text.app, ["gensim", str(tmp_path / "out"), "--max-docs", "-1"])
+    assert refused.exit_code == 2 and "'--max-docs'" in refused.output and not (tmp_path / "out").exists()
+
+
 def write_shard(directory, sentences):
     directory.mkdir(parents=True)
     (directory / "shard-00000.jsonl").write_text("\n".join(json.dumps(s, ensure_ascii=False) for s in sentences) + "\n")

@@ -65,10 +65,14 @@ def fresh_python(tmp_path_factory):
     wheels = tmp_path_factory.mktemp("wheel")
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT)
     pip_into(python, "install", "-q", "--no-deps", *wheels.glob("spacy_elmo-*.whl"))
-    check = "import spacy_elmo; from spacy_elmo.tasks.shipped_configs import config_names\n"
-    check += "print(spacy_elmo.__file__); print(config_names())"
-    where, shipped = run(python, "-c", check, cwd=python.parent).strip().splitlines()
+    check = "import importlib.util, spacy_elmo, spacy_elmo.training\n"
+    check += "from spacy_elmo.tasks.shipped_configs import config_names\n"
+    check += "print(spacy_elmo.__file__); print(spacy_elmo.training.__file__)\n"
+    check += "print(importlib.util.find_spec('training')); print(config_names())"
+    where, training, top_level, shipped = run(python, "-c", check, cwd=python.parent).strip().splitlines()
     assert where.startswith(str(python.parents[1])), "the installed copy, not the checkout's"
+    assert training.startswith(str(python.parents[1])), "the wheel's spacy_elmo.training"
+    assert top_level == "None", "no top-level `training` installed"
     assert shipped == str(SHIPPED_CONFIGS), "the wheel ships the configs"
     return python
 
@@ -241,7 +245,8 @@ def test_a_bilm_of_your_own_and_an_original_release_folder_are_packaged_as_a_nam
 def test_the_installed_wheel_pretrains_from_an_empty_folder(fresh_python, tmp_path):
     """What `pip install "spacy-elmo[train]"` gives runs docs/pretraining.md's steps from a folder with
     nothing but text in it: corpus, vocabulary, a few steps of a shipped config (by name), the
-    perplexity; the code is the wheel's `spacy_elmo.training`, and no top-level `training` is installed."""
+    perplexity; the code is the wheel's `spacy_elmo.training`, and no top-level `training` is installed
+    (``fresh_python`` checks both)."""
     import json
 
     corpus_text = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
@@ -253,9 +258,6 @@ def test_the_installed_wheel_pretrains_from_an_empty_folder(fresh_python, tmp_pa
         ("test.txt", corpus_text[440:480]),
     ):
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    where = "import importlib.util, spacy_elmo.training as t; print(t.__file__, importlib.util.find_spec('training'))"
-    location, top_level = run(fresh_python, "-c", where, cwd=folder).split()
-    assert location.startswith(str(fresh_python.parents[1])) and top_level == "None"
 
     def step(*arguments):
         return run(fresh_python, "-m", *arguments, cwd=folder)

@@ -105,3 +105,7 @@ def test_the_time_log_names_each_tests_worker_and_start_and_the_script_sums_them
     summary = heaviest.workers(two_workers)
     assert summary["gw1"]["idle_at_end"] == pytest.approx(sleeping.wall - quick.wall, abs=0.011)
     assert summary["gw0"]["idle_at_end"] == 0
+    bench = quick._replace(test="test_bench_x.py::test_a", wall=sleeping.wall + 1)
+    by_group = heaviest.groups(two_workers + [bench], suite_plugin.group_of_file)
+    assert by_group == [("bench", bench.wall), ("test_sleeping.py", sleeping.wall), ("test_inner.py", quick.wall)]
+    assert heaviest.groups_table([bench]).splitlines()[2] == f"| bench | {bench.wall:.0f} |"

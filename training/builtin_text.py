@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import bz2
+import itertools
 import re
 import zipfile
 from pathlib import Path
@@ -144,7 +145,9 @@ def builtin_sources(lang: str) -> List[Source]:
 
 
 def write_documents(path: Path, documents: Iterable[List[str]], max_docs: int = 0) -> int:
-    chosen = [doc for i, doc in enumerate(documents) if not max_docs or i < max_docs]
+    """Write the first ``max_docs`` documents (all where 0) and return how many; the source is read
+    no further than that (cleaning a dump's markup is most of this command's work)."""
+    chosen = list(itertools.islice(documents, max_docs or None))
     atomic_write_text(path, "\n\n".join("\n".join(doc) for doc in chosen) + "\n")
     return len(chosen)
 
@@ -156,7 +159,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True)
 def gensim(
     output: Path,
     lang: str = typer.Option("en", help="Language of the text: " + ", ".join(BUILTIN_TEXT) + "."),
-    max_docs: int = typer.Option(0, help="Documents per source; 0 for all."),
+    max_docs: int = typer.Option(0, min=0, help="Documents per source; 0 for all."),
     corpus_text: Optional[Path] = typer.Option(
         None, help="The text the workflow reads (${vars.text}): nothing is extracted unless it is OUTPUT."
     ),
