@@ -5,6 +5,7 @@ The table covers every extra setup.py declares; an extra added there fails here 
 the table. Hidden: the packages that extra alone brings (ray's, not the serve extra's it holds
 too), None in sys.modules, which ``import`` and ``find_spec`` both take for not installed."""
 
+import functools
 import importlib.metadata
 import json
 import sys
@@ -75,8 +76,15 @@ def own_modules(extra: str) -> list:
     does; a package not installed is hidden already."""
     held = [declared(other) for other in USES if other != extra and declared(other) < declared(extra)]
     own = declared(extra).difference(*held)
+    return sorted(m for m, names in installed_modules().items() if own & names)
+
+
+@functools.lru_cache(maxsize=None)
+def installed_modules() -> dict:
+    """Each installed top-level module -> the distributions that bring it (names canonicalized);
+    read once: it walks every installed distribution's file list."""
     distributions = importlib.metadata.packages_distributions()
-    return sorted(m for m, names in distributions.items() if own & {canonicalize_name(n) for n in names})
+    return {module: {canonicalize_name(name) for name in names} for module, names in distributions.items()}
 
 
 @pytest.fixture
@@ -86,16 +94,17 @@ def filled(tmp_path, tiny_weights, fixture_dir, monkeypatch):
     monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     (tmp_path / "text.txt").write_text("The cat sat.\n", encoding="utf-8")
     places = {
-        "FIXTURES": str(fixture_dir),
-        "TINY": str(tiny_weights),
-        "TEXT": str(tmp_path / "text.txt"),
-        "OUT": str(tmp_path / "out"),
-        "RUN_CONFIG": str(tiny_run_config(tmp_path)),
+        "FIXTURES": lambda: str(fixture_dir),
+        "TINY": lambda: str(tiny_weights),
+        "TEXT": lambda: str(tmp_path / "text.txt"),
+        "OUT": lambda: str(tmp_path / "out"),
+        "RUN_CONFIG": lambda: str(tiny_run_config(tmp_path)),  # a corpus and vocabulary: made where asked for
     }
 
     def fill(arguments):
         for placeholder, value in places.items():
-            arguments = [argument.replace(placeholder, value) for argument in arguments]
+            if any(placeholder in argument for argument in arguments):
+                arguments = [argument.replace(placeholder, value()) for argument in arguments]
         return arguments
 
     return fill

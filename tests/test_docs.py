@@ -173,6 +173,14 @@ def fixture_pipeline(session_fixture_bilm, tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def scratch_template(fixture_pipeline, tmp_path_factory):
+    """The scratch folder the pages' blocks run in, made once: each page runs in a copy of its own."""
+    folder = tmp_path_factory.mktemp("docs-scratch")
+    prepare_scratch(folder, fixture_pipeline)
+    return folder
+
+
 def prepare_scratch(scratch: Path, fixture: Path) -> None:
     """What the pages' blocks read: the published names in the cache, a biLM and a pipeline where
     the blocks name them, an original release's two files, docs saved with their layers, real
@@ -199,7 +207,8 @@ def prepare_scratch(scratch: Path, fixture: Path) -> None:
         name = f"en_ewt-ud-{split}.conllu"
         text = (SHARED / "data" / "ud-english-ewt" / name).read_text(encoding="utf-8")
         (ewt / name).write_text("\n\n".join(text.split("\n\n")[:sentences]) + "\n\n", encoding="utf-8")
-    training = [spacy.blank("en")(text) for text in texts]
+    blank = spacy.blank("en")
+    training = [blank(text) for text in texts]
     for doc in training:
         for token in doc:
             token.tag_ = "NOUN"
@@ -223,11 +232,11 @@ def write_corpora(scratch: Path, lines: List[str]) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(page.relative_to(ROOT)) for page in PAGES])
-def test_every_block_of_the_page_runs(page, fixture_pipeline, tmp_path, monkeypatch, capsys):
+def test_every_block_of_the_page_runs(page, scratch_template, tmp_path, monkeypatch, capsys):
     shell = ShellBlockParser(monkeypatch)
     document = Document.parse(str(page), PythonCodeBlockParser(), ConfigBlockParser(), shell, SkipParser())
-    if any(True for _ in document):  # a page with blocks gets its scratch folder
-        prepare_scratch(tmp_path, fixture_pipeline)
+    if any(True for _ in document):  # a page with blocks gets a scratch folder of its own
+        shutil.copytree(scratch_template, tmp_path, dirs_exist_ok=True)
         monkeypatch.chdir(tmp_path)
         monkeypatch.setenv("SPACY_ELMO_CACHE", str(tmp_path / "cache"))
     ran, marked = 0, []
