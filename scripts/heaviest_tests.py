@@ -8,7 +8,7 @@ Wall time is the test's own (setup, call and teardown, its worker busy with it);
 worker's and that of the processes it waited for (a Ray cluster's processes are not among them).
 A worker's idle time at the end is how long it waited, its tests done, for the last worker to end.
 ``--groups`` lists the groups a worker takes whole (tests/suite_plugin.py), longest first: the
-plugin's ``LONGEST_FIRST`` names those of 24 s or more, in that order.
+plugin's ``LONGEST_FIRST`` names the first of them, in that order.
 """
 
 from __future__ import annotations

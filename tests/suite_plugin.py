@@ -40,7 +40,7 @@ SLOWEST_TEST_S = int(BOUND_SENTENCE.search(CONTRIBUTING.read_text(encoding="utf-
 
 # Files whose tests start a local Ray cluster: one at a time on the machine.
 RAY_FILES = {"test_serve_ray.py", "test_embed_ray.py", "test_serve_signals.py", "test_serve_gateway.py"}
-# The groups of 24 s or more in a run of the suite (`scripts/heaviest_tests.py LOG --groups`), longest
+# The groups that took longest in a run of the suite (`scripts/heaviest_tests.py LOG --groups`), longest
 # first: a worker free takes the next, so the short files left at the end even out the workers.
 LONGEST_FIRST = [
     "ray",
