@@ -7,8 +7,8 @@ the run's workers shared the time:
 Wall time is the test's own (setup, call and teardown, its worker busy with it); CPU time is its
 worker's and that of the processes it waited for (a Ray cluster's processes are not among them).
 A worker's idle time at the end is how long it waited, its tests done, for the last worker to end.
-``--groups`` lists the groups a worker takes whole (tests/suite_plugin.py), longest first: the
-plugin's ``LONGEST_FIRST`` names the first of them, in that order.
+``--groups`` lists the groups a worker takes whole (tests/suite_plugin.py), longest first: what the
+plugin's ``LONGEST_FIRST`` is made from.
 """
 
 from __future__ import annotations

@@ -148,9 +148,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """The longest groups first: a worker takes the next group when it is free, and a long group
     started last would leave the other workers idle at the end."""
-    items.sort(
-        key=lambda item: LONGEST_FIRST.index(group_of(item)) if group_of(item) in LONGEST_FIRST else len(LONGEST_FIRST)
-    )
+    rank = {group: place for place, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item), len(LONGEST_FIRST)))
 
 
 @pytest.hookimpl(hookwrapper=True)
