@@ -6,6 +6,11 @@ from typing import NamedTuple
 import pytest
 import torch
 
+# Imported whole here, before any worker starts: the xdist controller imports a warning's module to
+# show a warning a worker sent, and imported there while a worker's report arrived, spacy_elmo's
+# imports met their own module lock (importlib's _DeadlockError, seen with 3 workers).
+import spacy_elmo  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SPACY_ELMO_SHARED", ROOT.parent / "shared"))
 # No test reaches a package index: pip in every subprocess stays offline, and so does the

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -133,16 +134,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 def pytest_configure(config: pytest.Config) -> None:
     if side_by_side():
         threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch where it is imported later
         os.environ["RAY_worker_niceness"] = "0"
-        import torch
-
-        torch.set_num_threads(threads)
-    elif getattr(config.option, "numprocesses", None):
-        # The controller imports a warning's module to show a warning a worker sent; imported there
-        # while a worker's report arrives, spacy_elmo's imports met their own module lock
-        # (importlib's _DeadlockError, seen with 3 workers): imported whole, here, first.
-        import spacy_elmo  # noqa: F401
+        torch = sys.modules.get("torch")
+        if torch is not None:  # imported already (the suite's conftest.py): its threads set here
+            torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
