@@ -1,5 +1,8 @@
 """Run bench/ scripts as a user would, at a tiny size, with everything they write in a folder of the
 test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, never the repository's).
+A measuring run is the script run as ``__main__`` in a child forked from a process that imported
+torch, spaCy and spacy_elmo once (tests/bench_host.py): a fresh process spent most of a smoke's run
+on those imports. Renders, which import neither, run as processes of their own.
 
 A script's smoke run is declared once, when its test module is imported (``smoke(...)``): its
 measuring runs in order, then its sections rendered again from the results alone. The session's
@@ -14,9 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,21 +33,111 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from suite_plugin import side_by_side
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+HOST = Path(__file__).resolve().parent / "bench_host.py"
 MEASURED = "BENCHMARKS.measured.md"  # the file as the measuring runs left it, beside the one rendered again
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def run_bench(script: str, *arguments: str, output: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python bench/SCRIPT ARGUMENTS`` with its outputs under ``output``; raises, with the script's
-    own output, where it exits non-zero."""
+class BenchHost:
+    """A tests/bench_host.py process: bench scripts run one at a time in children forked from it."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, str(HOST)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.received = b""
+
+    def run(self, command: List[str], environment: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        """``command`` (script, arguments...) run as ``python SCRIPT ARGUMENTS`` would run it."""
+        assert self.process.stdin is not None
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            request = {"script": command[0], "arguments": command[1:], "environment": environment}
+            request.update(cwd=os.getcwd(), stdout=str(out), stderr=str(err))
+            self.process.stdin.write((json.dumps(request) + "\n").encode())
+            self.process.stdin.flush()
+            deadline = time.monotonic() + timeout
+            child = self.message(deadline)["pid"]
+            try:
+                status = self.message(deadline)["status"]
+            except subprocess.TimeoutExpired:
+                os.kill(child, signal.SIGKILL)
+                self.message(time.monotonic() + 60)
+                raise
+            stdout, stderr = out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+        return subprocess.CompletedProcess([sys.executable, *command], status, stdout, stderr)
+
+    def message(self, deadline: float) -> Dict[str, Any]:
+        """The host's next line, by ``deadline`` (time.monotonic()); TimeoutExpired after it."""
+        assert self.process.stdout is not None
+        pipe = self.process.stdout.fileno()
+        while b"\n" not in self.received:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                raise subprocess.TimeoutExpired(str(HOST), 0)
+            chunk = os.read(pipe, 65536)
+            if not chunk:
+                raise RuntimeError(f"tests/bench_host.py exited with status {self.process.wait()}")
+            self.received += chunk
+        line, self.received = self.received.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class BenchHosts:
+    """A host for each run at a time (the smokes of a run of its own go two at once), kept until
+    ``close``; a host that exited is not used again."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: List[BenchHost] = []
+        self.started: List[BenchHost] = []
+
+    def run(self, command: List[str], environment: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        with self.lock:
+            host = self.idle.pop() if self.idle else self._start()
+        try:
+            done = host.run(command, environment, timeout)  # a host that died raises RuntimeError: not kept
+        except subprocess.TimeoutExpired:
+            self._keep(host)  # its child killed, the host serves on
+            raise
+        self._keep(host)
+        return done
+
+    def _keep(self, host: BenchHost) -> None:
+        with self.lock:
+            self.idle.append(host)
+
+    def _start(self) -> BenchHost:
+        host = BenchHost()
+        self.started.append(host)
+        return host
+
+    def close(self) -> None:
+        for host in self.started:
+            host.close()
+
+
+def run_bench(
+    script: str, *arguments: str, output: Path, timeout: float = 300, hosts: Optional[BenchHosts] = None
+) -> subprocess.CompletedProcess:
+    """``python bench/SCRIPT ARGUMENTS`` with its outputs under ``output``, in a child of one of
+    ``hosts`` where given, else a process of its own; raises, with the script's own output, where
+    it exits non-zero."""
     environment = {**os.environ, "SPACY_ELMO_BENCH_OUTPUT": str(output)}
-    done = subprocess.run(
-        [sys.executable, str(BENCH / script), *arguments],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=timeout,
-    )
+    command = [str(BENCH / script), *arguments]
+    if hosts is not None:
+        done = hosts.run(command, environment, timeout)
+    else:
+        done = subprocess.run(
+            [sys.executable, *command], capture_output=True, text=True, env=environment, timeout=timeout
+        )
     if done.returncode:
         raise AssertionError(
             f"bench/{script} {' '.join(arguments)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -93,10 +191,12 @@ def smoke(
     return name
 
 
-def perform(declared: Smoke, output: Path) -> Outcome:
+def perform(declared: Smoke, output: Path, hosts: BenchHosts) -> Outcome:
     output.mkdir(parents=True)
     more = list(declared.prepare(output)) if declared.prepare else []
-    stdout = [run_bench(script, *arguments, *more, output=output).stdout for script, *arguments in declared.runs]
+    stdout = [
+        run_bench(script, *arguments, *more, output=output, hosts=hosts).stdout for script, *arguments in declared.runs
+    ]
     if declared.renders:
         if (output / "BENCHMARKS.md").exists():
             shutil.move(output / "BENCHMARKS.md", output / MEASURED)
@@ -113,25 +213,28 @@ class SmokeRuns:
 
     def __init__(self, base: Path) -> None:
         self.base = base
+        self.hosts = BenchHosts()
         self.pool: Optional[ThreadPoolExecutor] = None
         self.started: Dict[str, Future] = {}
         self.done: Dict[str, Outcome] = {}
         if not side_by_side():
             self.pool = ThreadPoolExecutor(max_workers=2)
             self.started = {
-                name: self.pool.submit(perform, declared, base / name) for name, declared in DECLARED.items()
+                name: self.pool.submit(perform, declared, base / name, self.hosts)
+                for name, declared in DECLARED.items()
             }
 
     def outcome(self, name: str) -> Outcome:
         if self.pool is not None:
             return self.started[name].result()
         if name not in self.done:
-            self.done[name] = perform(DECLARED[name], self.base / name)
+            self.done[name] = perform(DECLARED[name], self.base / name, self.hosts)
         return self.done[name]
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+        self.hosts.close()
 
 
 def results(output: Path, name: str) -> Dict[str, Any]:

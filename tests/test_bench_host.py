@@ -1,0 +1,99 @@
+"""tests/bench_host.py runs a bench script as ``python SCRIPT ARGUMENTS`` runs it, in a child that
+starts from the host's state, whatever earlier runs set; a run past its time is killed and the host
+serves the next."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from bench_runner import BenchHosts
+
+SHOWS_ITS_RUN = """
+import json, os, sys
+import torch
+print(json.dumps({
+    "argv": sys.argv, "name": __name__, "cwd": os.getcwd(), "path0": sys.path[0],
+    "marker": os.environ.get("BENCH_HOST_MARKER"), "threads": torch.get_num_threads(),
+    "json_touched": hasattr(json, "touched_by_a_run"),
+}))
+print("to stderr", file=sys.stderr)
+"""
+
+CHANGES_ITS_PROCESS = """
+import json, os
+import torch
+os.environ["BENCH_HOST_MARKER"] = "set by an earlier run"
+torch.set_num_threads(3)
+json.touched_by_a_run = True
+"""
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    started = BenchHosts()
+    yield started
+    started.close()
+
+
+def script(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return str(path)
+
+
+def test_a_script_gets_its_arguments_environment_folder_and_streams(hosts, tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    shows = script(tmp_path, "shows.py", SHOWS_ITS_RUN)
+    environment = {**os.environ, "BENCH_HOST_MARKER": "given", "OMP_NUM_THREADS": "1"}
+    done = hosts.run([shows, "--flag", "value"], environment, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["argv"] == [shows, "--flag", "value"] and seen["name"] == "__main__"
+    assert seen["cwd"] == str(tmp_path) and seen["path0"] == str(tmp_path)
+    assert seen["marker"] == "given" and done.stderr == "to stderr\n"
+    assert done.args == [sys.executable, shows, "--flag", "value"]
+
+
+def test_what_a_run_sets_never_reaches_the_next(hosts, tmp_path):
+    import json
+
+    environment = {key: value for key, value in os.environ.items() if key != "BENCH_HOST_MARKER"}
+    shows = script(tmp_path, "shows.py", SHOWS_ITS_RUN)
+    before = json.loads(hosts.run([shows], environment, timeout=120).stdout)
+    changes = script(tmp_path, "changes.py", CHANGES_ITS_PROCESS)
+    assert hosts.run([changes], environment, timeout=120).returncode == 0
+    after = json.loads(hosts.run([shows], environment, timeout=120).stdout)
+    assert after == before and after["marker"] is None and not after["json_touched"]
+    assert after["threads"] != 3
+
+
+@pytest.mark.parametrize(
+    "text,status,said",
+    [
+        ("import sys\nsys.exit(4)\n", 4, ""),
+        ("import sys\nsys.exit('refused: this input')\n", 1, "refused: this input\n"),
+        ("raise ValueError('broken script')\n", 1, "ValueError: broken script"),
+        ("import sys\nsys.exit()\n", 0, ""),
+    ],
+    ids=["exit-4", "exit-message", "exception", "exit-none"],
+)
+def test_a_scripts_exit_status_is_a_processes(hosts, tmp_path, text, status, said):
+    done = hosts.run([script(tmp_path, "exits.py", text)], dict(os.environ), timeout=120)
+    assert done.returncode == status
+    assert said in done.stderr if said else done.stderr == ""
+
+
+def test_a_run_past_its_time_is_killed_and_the_host_serves_the_next(hosts, tmp_path):
+    sleeps = script(tmp_path, "sleeps.py", "import time\ntime.sleep(600)\n")
+    hosts.run([script(tmp_path, "warm.py", "pass\n")], dict(os.environ), timeout=120)  # the host started
+    started = len(hosts.started)
+    with pytest.raises(subprocess.TimeoutExpired):
+        hosts.run([sleeps], dict(os.environ), timeout=1)
+    assert (
+        hosts.run([script(tmp_path, "quick.py", "print('next')\n")], dict(os.environ), timeout=120).stdout == "next\n"
+    )
+    assert len(hosts.started) == started
