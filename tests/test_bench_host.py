@@ -91,7 +91,7 @@ def test_a_run_past_its_time_is_killed_and_the_host_serves_the_next(hosts, tmp_p
     sleeps = script(tmp_path, "sleeps.py", "import time\ntime.sleep(600)\n")
     hosts.run([script(tmp_path, "warm.py", "pass\n")], dict(os.environ), timeout=120)  # the host started
     started = len(hosts.started)
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(subprocess.TimeoutExpired, match=r"sleeps\.py'\]' timed out after 1 seconds"):
         hosts.run([sleeps], dict(os.environ), timeout=1)
     assert (
         hosts.run([script(tmp_path, "quick.py", "print('next')\n")], dict(os.environ), timeout=120).stdout == "next\n"
