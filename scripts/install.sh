@@ -13,7 +13,7 @@ else
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q torch==2.13.0   # the CPU build first, so nothing pulls CUDA wheels
   .venv/bin/python -m pip install -q -e ".[dev]"
-  echo "$wanted" > "$stamp"
+  echo "$wanted" > "$stamp.partial" && mv "$stamp.partial" "$stamp"
 fi
 # pip byte-compiles what it installs, but an editable install leaves the package's sources where they
 # are: compiled here, so that a process that may not write bytecode (PYTHONDONTWRITEBYTECODE) does

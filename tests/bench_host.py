@@ -2,7 +2,7 @@
 from it (tests/bench_runner.py). Each child runs one script as ``python bench/SCRIPT ARGUMENTS``
 does: as ``__main__``, with its arguments, environment, working folder and standard streams, the
 script's folder first on ``sys.path``. It starts with those three imported, as every bench script
-imports them first: a fresh process spends most of a smoke's measuring run on them. The host itself
+imports them first, so no run imports them again. The host itself
 runs nothing of torch's, so no thread pool exists when it forks, and each child starts from the
 same state: what one run sets (threads, environment, modules) never reaches another.
 

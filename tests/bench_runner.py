@@ -1,8 +1,8 @@
 """Run bench/ scripts as a user would, at a tiny size, with everything they write in a folder of the
 test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, never the repository's).
 A measuring run is the script run as ``__main__`` in a child forked from a process that imported
-torch, spaCy and spacy_elmo once (tests/bench_host.py): a fresh process spent most of a smoke's run
-on those imports. Renders, which import neither, run as processes of their own.
+torch, spaCy and spacy_elmo once (tests/bench_host.py), not a fresh process that imports them again.
+Renders, which import neither, run as processes of their own.
 
 A script's smoke run is declared once, when its test module is imported (``smoke(...)``): its
 measuring runs in order, then its sections rendered again from the results alone. The session's
@@ -55,10 +55,14 @@ class BenchHost:
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
             deadline = time.monotonic() + timeout
-            child = self.message(deadline)["pid"]
+            try:
+                child = self.message(deadline)["pid"]
+            except TimeoutError:  # the host never started the run: not to be used again
+                self.process.kill()
+                raise RuntimeError(f"tests/bench_host.py started no run within {timeout} s") from None
             try:
                 status = self.message(deadline)["status"]
-            except subprocess.TimeoutExpired:
+            except TimeoutError:
                 os.kill(child, signal.SIGKILL)
                 self.message(time.monotonic() + 60)  # its status: the host is ready for the next run
                 raise subprocess.TimeoutExpired([sys.executable, *command], timeout) from None
@@ -66,13 +70,13 @@ class BenchHost:
         return subprocess.CompletedProcess([sys.executable, *command], status, stdout, stderr)
 
     def message(self, deadline: float) -> Dict[str, Any]:
-        """The host's next line, by ``deadline`` (time.monotonic()); TimeoutExpired after it."""
+        """The host's next line, by ``deadline`` (time.monotonic()); TimeoutError after it."""
         assert self.process.stdout is not None
         pipe = self.process.stdout.fileno()
         while b"\n" not in self.received:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([pipe], [], [], left)[0]:
-                raise subprocess.TimeoutExpired(str(HOST), 0)
+                raise TimeoutError("no line from tests/bench_host.py by the deadline")
             chunk = os.read(pipe, 65536)
             if not chunk:
                 raise RuntimeError(f"tests/bench_host.py exited with status {self.process.wait()}")

@@ -97,3 +97,18 @@ def test_a_run_past_its_time_is_killed_and_the_host_serves_the_next(hosts, tmp_p
         hosts.run([script(tmp_path, "quick.py", "print('next')\n")], dict(os.environ), timeout=120).stdout == "next\n"
     )
     assert len(hosts.started) == started
+
+
+def test_a_host_that_starts_no_run_in_time_is_killed_and_not_used_again(tmp_path, monkeypatch):
+    import bench_runner
+
+    silent = script(tmp_path, "silent_host.py", "import sys, time\nsys.stdin.readline()\ntime.sleep(600)\n")
+    monkeypatch.setattr(bench_runner, "HOST", silent)
+    stuck = BenchHosts()
+    try:
+        with pytest.raises(RuntimeError, match="started no run within 1 s"):
+            stuck.run([script(tmp_path, "quick.py", "pass\n")], dict(os.environ), timeout=1)
+        (host,) = stuck.started
+        assert host.process.wait(timeout=60) != 0 and stuck.idle == []
+    finally:
+        stuck.close()
