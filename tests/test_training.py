@@ -112,6 +112,41 @@ def test_tiny_model_overfits_tiny_corpus(corpus, tmp_path):
     assert (tmp_path / "run" / "curve.png").stat().st_size > 1000
 
 
+def test_an_evaluation_redraws_the_curve_once_30_s_have_passed_and_the_last_one_always(tmp_path, monkeypatch):
+    """docs/pretraining.md's 30 s, on the curve's own clock: since the start, then since the last drawing."""
+    from spacy_elmo.training.loop import curve
+
+    now, drawn = [1000.0], []
+    monkeypatch.setattr(curve, "plot_learning_curve", lambda log, png: drawn.append((now[0], log.name, png.name)))
+    run_curve = curve.RunCurve(tmp_path, clock=lambda: now[0])
+    for moment, last, expected in [
+        (1029.9, False, []),
+        (1030.0, False, [1030.0]),
+        (1059.9, False, [1030.0]),
+        (1060.0, False, [1030.0, 1060.0]),
+        (1061.0, True, [1030.0, 1060.0, 1061.0]),
+    ]:
+        now[0] = moment
+        run_curve.evaluated(last)
+        assert [at for at, _, _ in drawn] == expected, moment
+    assert {(log, png) for _, log, png in drawn} == {("log.jsonl", "curve.png")}
+
+
+def test_a_run_that_evaluates_every_step_draws_its_final_curve_with_every_evaluation(corpus, tmp_path, monkeypatch):
+    """Its last drawing comes after its last evaluation: every dev point is on the final curve."""
+    from spacy_elmo.training.loop import curve
+
+    drawn = []  # at each drawing, the dev evaluations the log had
+
+    def draw(log, png):
+        drawn.append(sum("dev_ppl" in line for line in log_lines(log.parent)))
+
+    monkeypatch.setattr(curve, "plot_learning_curve", draw)
+    train(config(corpus, max_steps=4, eval_every=1), tmp_path / "run")
+    evaluations = sum("dev_ppl" in line for line in log_lines(tmp_path / "run"))
+    assert evaluations == 4 and drawn and drawn[-1] == evaluations, drawn
+
+
 def test_without_matplotlib_a_run_says_so_at_once_and_trains_evaluates_and_checkpoints(corpus, tmp_path, monkeypatch):
     """A missing train extra costs the picture, not the run: the warning comes before the first
     step, and the run's dev evaluations, checkpoints and weights are all there."""

@@ -34,7 +34,7 @@ from spacy_elmo.weights.native import load_bilm
 
 from .loop.batching import dev_batches
 from .loop.checkpoint import best_checkpoint, save_best
-from .loop.curve import CurveDrawer, curve_drawer
+from .loop.curve import RunCurve
 from .loop.lm_head import strip_lm_head
 from .loop.objective import perplexity
 from .loop.run_log import JsonlLog, LossWindow, device_memory
@@ -50,7 +50,7 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
     session = open_session(cfg, output)
     output, state, main = session.output, session.state, session.processes.main
     log = JsonlLog(output / "log.jsonl", state.step, main)
-    draw_curve = curve_drawer(warn=main)
+    curve = RunCurve(output, warn=main)
     if main:
         output.mkdir(parents=True, exist_ok=True)
         (output / "train-config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
@@ -70,7 +70,7 @@ def train(cfg: TrainConfig, output: Path) -> RunState:
             window = LossWindow()
         if _evaluation_due(cfg, step, totals) or finished:
             if main:
-                _evaluate_on_dev(session, log, draw_curve)
+                _evaluate_on_dev(session, log, curve, last=bool(finished))
             clock.evaluated()
         if step % cfg.checkpoint_every == 0 or totals.save_now or finished:
             session.save_checkpoint()
@@ -142,10 +142,11 @@ def _count(state: RunState, window: LossWindow, totals: StepTotals, clock: Clock
     window.add(totals.nll, totals.targets, totals.tokens)
 
 
-def _evaluate_on_dev(session: Session, log: JsonlLog, draw_curve: CurveDrawer) -> None:
+def _evaluate_on_dev(session: Session, log: JsonlLog, curve: RunCurve, last: bool) -> None:
     """Dev perplexity on the evaluation subset (the first ``eval_tokens`` of dev, the same every
-    time) into the log, the best so far into the state; the curve redrawn."""
-    state, output = session.state, session.output
+    time) into the log, the best so far into the state; the curve redrawn where due (``last``: the
+    run's final evaluation, which always redraws it)."""
+    state = session.state
     scores = perplexity(session.loss_module, session.dev, session.processes.device)
     improved = scores["average"] < (state.best_dev or math.inf)
     state.evaluations_since_best = 0 if improved else state.evaluations_since_best + 1
@@ -156,7 +157,7 @@ def _evaluate_on_dev(session: Session, log: JsonlLog, draw_curve: CurveDrawer) -
     if improved:
         figures = {k: v for k, v in record.items() if k.startswith("dev_")}
         save_best(session.checkpoints, state.step, session.bilm, session.vocab, figures)
-    draw_curve(output / "log.jsonl", output / "curve.png")
+    curve.evaluated(last)
 
 
 def _take_the_best_weights(session: Session, log: JsonlLog) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
@@ -10,8 +11,9 @@ from typing import Callable, Optional
 from spacy_elmo.extras import install_command
 from spacy_elmo.files import atomic_write
 
-# (RUN/log.jsonl, the PNG to write) -> the PNG written
-CurveDrawer = Callable[[Path, Path], object]
+# A dev evaluation redraws the curve once this many seconds have passed since it was last drawn
+# (or the process began the run); the run's end always does (docs/pretraining.md, "Progress").
+REDRAW_AFTER_S = 30.0
 
 
 class PlotSkipped(UserWarning):
@@ -36,12 +38,34 @@ def plots_here(what: str, warn: bool = True) -> bool:
     return True
 
 
-def curve_drawer(warn: bool = True) -> CurveDrawer:
-    """How a run draws its curve, decided when it starts: ``plot_learning_curve`` where matplotlib
-    imports (``plots_here``; ``warn``: the process that writes the run says so), else nothing."""
-    if plots_here("this run trains, evaluates and checkpoints as usual, and writes no curve.png", warn):
-        return plot_learning_curve
-    return lambda log_path, png_path: None
+class RunCurve:
+    """RUN/curve.png, drawn from RUN/log.jsonl at dev evaluations (``evaluated``), decided when the
+    run starts: where matplotlib imports (``plots_here``; ``warn``: the process that writes the run
+    says so where it does not), else never.
+
+    A drawing lays the figure out and renders it, which takes longer than many a step of a small
+    preset: a run that evaluates every few steps would spend more time drawing than training. So an
+    evaluation redraws it once ``REDRAW_AFTER_S`` seconds have passed since the last drawing (or
+    the start), and the run's last evaluation always does: the final curve has every point, and
+    RUN/log.jsonl has each as it comes."""
+
+    def __init__(
+        self,
+        output: Path,
+        warn: bool = True,
+        redraw_after_s: float = REDRAW_AFTER_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log_path, self.png_path = output / "log.jsonl", output / "curve.png"
+        self.plots = plots_here("this run trains, evaluates and checkpoints as usual, and writes no curve.png", warn)
+        self.redraw_after_s, self.clock = redraw_after_s, clock
+        self.drawn_at = clock()
+
+    def evaluated(self, last: bool) -> None:
+        """A dev evaluation was logged (``last``: the run's final one): the curve redrawn where due."""
+        if self.plots and (last or self.clock() - self.drawn_at >= self.redraw_after_s):
+            plot_learning_curve(self.log_path, self.png_path)
+            self.drawn_at = self.clock()
 
 
 def plot_learning_curve(log_path: Path, png_path: Path, baseline: Optional[float] = None, title: str = "") -> Path:
