@@ -1,8 +1,8 @@
 """A process that imports torch, spaCy and spacy_elmo once and runs bench scripts in children forked
 from it (tests/bench_runner.py). Each child runs one script as ``python bench/SCRIPT ARGUMENTS``
 does: as ``__main__``, with its arguments, environment, working folder and standard streams, the
-script's folder first on ``sys.path``. It starts with those three imported, as every bench script
-imports them first, so no run imports them again. The host itself
+script's folder first on ``sys.path``. It starts with those three imported: a run that imports them
+(the scripts do where they measure) finds them there instead of importing them again. The host itself
 runs nothing of torch's, so no thread pool exists when it forks, and each child starts from the
 same state: what one run sets (threads, environment, modules) never reaches another.
 

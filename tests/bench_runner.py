@@ -2,7 +2,7 @@
 test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, never the repository's).
 A measuring run is the script run as ``__main__`` in a child forked from a process that imported
 torch, spaCy and spacy_elmo once (tests/bench_host.py), not a fresh process that imports them again.
-Renders, which import neither, run as processes of their own.
+Renders run as processes of their own, as a user runs them after a measurement: most import neither.
 
 A script's smoke run is declared once, when its test module is imported (``smoke(...)``): its
 measuring runs in order, then its sections rendered again from the results alone. The session's

@@ -43,27 +43,21 @@ class RunCurve:
     run starts: where matplotlib imports (``plots_here``; ``warn``: the process that writes the run
     says so where it does not), else never.
 
-    A drawing lays the figure out and renders it, which takes longer than many a step of a small
+    A drawing lays the figure out and renders it, which takes as long as tens of steps of the tiny
     preset: a run that evaluates every few steps would spend more time drawing than training. So an
     evaluation redraws it once ``REDRAW_AFTER_S`` seconds have passed since the last drawing (or
     the start), and the run's last evaluation always does: the final curve has every point, and
-    RUN/log.jsonl has each as it comes."""
+    RUN/log.jsonl has each as it comes. What the run computes does not depend on when it draws."""
 
-    def __init__(
-        self,
-        output: Path,
-        warn: bool = True,
-        redraw_after_s: float = REDRAW_AFTER_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, output: Path, warn: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.log_path, self.png_path = output / "log.jsonl", output / "curve.png"
         self.plots = plots_here("this run trains, evaluates and checkpoints as usual, and writes no curve.png", warn)
-        self.redraw_after_s, self.clock = redraw_after_s, clock
+        self.clock = clock
         self.drawn_at = clock()
 
     def evaluated(self, last: bool) -> None:
         """A dev evaluation was logged (``last``: the run's final one): the curve redrawn where due."""
-        if self.plots and (last or self.clock() - self.drawn_at >= self.redraw_after_s):
+        if self.plots and (last or self.clock() - self.drawn_at >= REDRAW_AFTER_S):
             plot_learning_curve(self.log_path, self.png_path)
             self.drawn_at = self.clock()
 
