@@ -19,6 +19,9 @@ import httpx
 from conftest import with_this_checkout
 
 LISTENING = re.compile(r"Listening on (http://\S+):(?:\s|$)")
+# What a clean start or drain never prints: Ray's abort before the service handled SIGTERM, Ray's
+# lines about its own start and shutdown, errors.
+ALARMING = ("SIGTERM received", "failed", "killed by", "New http_options", "Traceback", "Error")
 # httpx.get and httpx.post make a client per call, and each client a TLS context loaded with
 # certifi's certificates: CPU spent by the tests' clients, not by the service. The services here
 # are plain HTTP on 127.0.0.1; each call still opens its own connection, with this context.
@@ -186,6 +189,12 @@ def _address(hex_address: str, width: int) -> str:
 def is_loopback(address: str) -> bool:
     host = address.rsplit(":", 1)[0].strip("[]")
     return host.startswith("127.") or host == "::1"
+
+
+def alarms(output: str) -> List[str]:
+    """The phrases of ``ALARMING`` in ``output`` (a service's output wraps its lines)."""
+    joined = " ".join(output.split())
+    return [phrase for phrase in ALARMING if phrase in joined]
 
 
 def wait_for(condition, seconds) -> bool:

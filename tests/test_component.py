@@ -24,20 +24,6 @@ def cosine(a, b):
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def test_factory_and_architecture_come_from_entry_points(tiny_weights):
-    script = (
-        "import sys, spacy\n"
-        "nlp = spacy.blank('en')\n"
-        f"nlp.add_pipe('elmo', config={{'weights': {str(tiny_weights)!r}}})\n"
-        "assert 'spacy_elmo' in sys.modules\n"
-        "nlp.initialize()\n"
-        "print(nlp('entry points work')._.elmo_data.shape)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "(3, 3, 32)"
-
-
 def test_attributes_have_the_documented_shapes(nlp):
     doc = nlp(TEXT)
     assert doc._.elmo_data.shape == (3, len(doc), 32) and doc._.elmo_data.dtype == np.float32
@@ -168,8 +154,6 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("method", ["spawn", pytest.param("forkserver", marks=pytest.mark.matrix)])
 def test_pipe_with_processes_started_by_spawn_or_a_fork_server_matches_one_process(tiny_weights, tmp_path, method):
     """It failed with "cannot pickle '_thread.lock' object" before the caches pickled without their locks."""
-    import subprocess
-    import sys
 
     script = tmp_path / "check.py"
     script.write_text(

@@ -47,41 +47,50 @@ def test_int8_sums_run_at_bucket_sizes_and_return_the_rows_asked_for(monkeypatch
     assert torch.equal(sums, (a.long() @ b.long()).int())
 
 
+PRECISIONS = ["fp32", "int8"]
 _RUN_DOCS = """
 import spacy
 
-nlp = spacy.blank("en")
-nlp.add_pipe("sentencizer")
-nlp.add_pipe("elmo", config={{"weights": {weights!r}, "precision": {precision!r}}})
-nlp.initialize()
 # a sentence ends every 6 words: a doc of n words is ceil(n / 6) sentences, side by side in the
 # step loop (1 to 15 of them), its tokens all in one call of the position-wise matmuls
 words = [f"w{{i % 37}}x{{'y' * (i % 5)}}" + ("." if i % 6 == 5 else "") for i in range(200)]
 texts = [" ".join(words[start : start + length]) for start, length in enumerate(range(1, 91))]
-nlp(texts[0])
-print("LOADED", flush=True)
-for text in texts:
-    nlp(text)
-list(nlp.pipe(texts, batch_size=7))
+for precision in {precisions!r}:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={{"weights": {weights!r}, "precision": precision}})
+    nlp.initialize()
+    nlp(texts[0])
+    print(f"LOADED {{precision}}", flush=True)
+    for text in texts:
+        nlp(text)
+    list(nlp.pipe(texts, batch_size=7))
+    print(f"RAN {{precision}}", flush=True)
 """
 
 
+@pytest.fixture(scope="module")
+def onednn_logs(tiny_weights, tmp_path_factory) -> dict:
+    """oneDNN's own log (ONEDNN_VERBOSE) of each precision's matmuls after loading, by precision: one
+    process runs them in turn (the variable is read when oneDNN starts), as two processes would."""
+    script = tmp_path_factory.mktemp("onednn-log") / "run_docs.py"
+    script.write_text(textwrap.dedent(_RUN_DOCS.format(weights=str(tiny_weights), precisions=PRECISIONS)))
+    environment = {**with_this_checkout(), "ONEDNN_VERBOSE": "1"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environment, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {p: done.stdout.split(f"LOADED {p}\n", 1)[1].split(f"RAN {p}\n", 1)[0] for p in PRECISIONS}
+
+
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
-@pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_docs_of_every_length_reach_onednn_at_bucket_sizes_only(tiny_weights, tmp_path, precision):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_docs_of_every_length_reach_onednn_at_bucket_sizes_only(onednn_logs, precision):
     """Docs of 1 to 90 words in sentences of up to 6, one at a time and in batches of 7 (a call's
     tokens, and its sentences side by side in the step loop, bring many row counts): oneDNN's own
     log (ONEDNN_VERBOSE) of every matmul run after loading names only row counts that are bucket
     sizes. Without buckets it names every count the docs bring (a kernel compiled and kept for each)."""
     if precision == "fp32":
         skip_where_onednn_rows_vary(onednn.available(torch.device("cpu")))
-    script = tmp_path / "run_docs.py"
-    script.write_text(textwrap.dedent(_RUN_DOCS.format(weights=str(tiny_weights), precision=precision)))
-    environment = {**with_this_checkout(), "ONEDNN_VERBOSE": "1"}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=environment, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    after_load = done.stdout.split("LOADED", 1)[1]
-    rows_by_weight = _rows_by_weight(after_load)
+    rows_by_weight = _rows_by_weight(onednn_logs[precision])
     if not rows_by_weight:
         # oneDNN runs fp32 where its rows hold and int8 where the CPU has AMX tiles: there, none is a regression
         expected = onednn_rows_should_hold() if precision == "fp32" else int8_kernel_should_be_exact(("amx_int8",))

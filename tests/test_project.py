@@ -4,6 +4,7 @@ checkout stays clean."""
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -133,8 +134,36 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd):
     assert '"България е малка страна в Европа." ~ "От друга страна, статията е твърде кратка."' in demo
 
 
-@pytest.mark.slow
-def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path, capfd):
+def run_steps_here(monkeypatch) -> None:
+    """weasel runs each ``python -m MODULE ARGS`` of a step in this process (as ``python -m`` would run
+    it, its SystemExit message printed as the interpreter prints it), not a process of its own."""
+    import shlex
+
+    import weasel.cli.run
+
+    from spacy_elmo.training.launch import run_here
+
+    def run_commands(commands, silent=False, dry=False, capture=False):
+        for line in commands:
+            python, flag, module, *arguments = shlex.split(line)
+            assert (python, flag) == ("python", "-m"), line
+            try:
+                run_here(module, arguments)
+            except SystemExit as exit:
+                if exit.code is None or exit.code == 0:
+                    continue
+                if not isinstance(exit.code, int):
+                    print(exit.code, file=sys.stderr)
+                raise SystemExit(exit.code if isinstance(exit.code, int) else 1) from None
+
+    monkeypatch.setattr(weasel.cli.run, "run_commands", run_commands)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_here sets the step's
+
+
+def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path, capfd, monkeypatch):
+    """The step's command as project.yml gives it, run in this process: what it prints is the
+    script's, whatever process runs it (the workflow test above runs each step as one)."""
+    run_steps_here(monkeypatch)
     project = copy_project(tmp_path)
     missing = run_project(capfd, project, "text", "--vars.lang=de")
     assert missing.returncode != 0 and "No built-in text for language 'de'" in missing.output

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from served_process import (
     Served,
+    alarms,
     http_get,
     http_post,
     samples_of,
@@ -30,6 +31,7 @@ def on_ray(tiny_weights):
     process = Served(tiny_weights, engine="ray")
     try:
         process.ready()
+        assert not alarms(process.output), f"a clean start printed {alarms(process.output)}: {process.output}"
         yield process
     finally:
         process.stop()
@@ -120,10 +122,15 @@ def test_a_replica_killed_under_load_costs_no_request(on_ray):
 
 
 def test_sigterm_under_load_answers_the_requests_in_flight_and_stops_ray(on_ray):
-    """Last in this module: it stops the service."""
+    """Last in this module: it stops the service. What it prints from the SIGTERM on is what a clean
+    drain prints (test_serve_signals.py's check of a drain the moment Ray is ready, run by `nox -s
+    matrix`)."""
+    at_sigterm = len(on_ray.output)
     answered = sigterm_with_requests_in_flight(on_ray)
     assert on_ray.ended() == 0, on_ray.output[-3000:]
     assert [answer.status_code for answer in answered] == [200] * 6
-    assert "every request in flight was answered" in on_ray.output, on_ray.output[-2000:]
+    drain = on_ray.output[at_sigterm:]
+    assert "Drained: every request in flight was answered; stopping" in drain, on_ray.output[-2000:]
+    assert not alarms(drain), f"the drain printed {alarms(drain)}: {drain}"
     assert not session_processes(on_ray.process.pid), "Ray's processes were all stopped"
     assert "Ray's own processes listen on every interface of this machine" in " ".join(on_ray.output.split())

@@ -440,6 +440,40 @@ def launcher(nodes: int, processes: int, node_rank: int, port: int) -> list:
     ]
 
 
+def test_the_launcher_runs_a_cpu_or_one_gpu_run_in_its_own_process(tmp_path, monkeypatch):
+    """0 GPUs (or 1): the module runs here, as ``python -m`` runs it (its arguments, its exit status),
+    with every GPU hidden for 0 and none initialised before; more GPUs: torchrun, one process each."""
+    from spacy_elmo.training import launch
+
+    (tmp_path / "recorder.py").write_text(
+        "import json, os, sys\n"
+        "if __name__ == '__main__':\n"
+        f"    record = {{'pid': os.getpid(), 'argv': sys.argv, 'gpus': os.environ['CUDA_VISIBLE_DEVICES']}}\n"
+        f"    open({str(tmp_path / 'ran.json')!r}, 'w').write(json.dumps(record))\n"
+        "    sys.exit(3)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert not torch.cuda.is_initialized(), "importing spacy_elmo starts no CUDA: CUDA_VISIBLE_DEVICES still counts"
+    with pytest.raises(SystemExit) as exit:
+        launch.main(["0", "recorder", "--output", "run"])
+    ran = json.loads((tmp_path / "ran.json").read_text())
+    assert exit.value.code == 3 and ran["pid"] == os.getpid() and ran["gpus"] == ""
+    assert ran["argv"] == [str(tmp_path / "recorder.py"), "--output", "run"]
+    assert launch.torchrun_command(4, "recorder", ["--output", "run"])[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=4",
+        "-m",
+        "recorder",
+        "--output",
+        "run",
+    ]
+    assert launch.main(["two", "recorder"]) == 2, "a count of GPUs first"
+
+
 @pytest.mark.slow
 def test_two_processes_train_as_one_and_two_nodes_as_one_node(corpus, tmp_path):
     """2 gloo processes with one data stream each = 1 process running both streams, with the same
