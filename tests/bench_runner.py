@@ -2,7 +2,9 @@
 test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, never the repository's).
 A measuring run is the script run as ``__main__`` in a child forked from a process that imported
 torch, spaCy and spacy_elmo once (tests/bench_host.py), not a fresh process that imports them again.
-Renders run as processes of their own, as a user runs them after a measurement: most import neither.
+Renders run there too, after the measuring runs: a forked child holds nothing of theirs (each run is
+a child of its own), so a section rendered there comes from the results files alone, as a user's
+``--render-only`` does later.
 
 A script's smoke run is declared once, when its test module is imported (``smoke(...)``): its
 measuring runs in order, then its sections rendered again from the results alone. The session's
@@ -205,7 +207,7 @@ def perform(declared: Smoke, output: Path, hosts: BenchHosts) -> Outcome:
         if (output / "BENCHMARKS.md").exists():
             shutil.move(output / "BENCHMARKS.md", output / MEASURED)
         for script, *arguments in declared.renders:
-            run_bench(script, *arguments, output=output)
+            run_bench(script, *arguments, output=output, hosts=hosts)
     return Outcome(output, stdout)
 
 

@@ -140,8 +140,10 @@ def test_the_source_is_read_as_a_pipeline_or_as_weights(tiny_weights, tiny_elmo_
 @pytest.fixture(scope="module")
 def served(tiny_weights):
     """The CLI serving the tiny weights in one process (the default for one replica), stopped at the
-    end (Ctrl-C, as a user stops it) unless a test stopped it before."""
-    process = Served(tiny_weights)
+    end (Ctrl-C, as a user stops it) unless a test stopped it before. Ray is not installed there
+    (None in sys.modules), as with `pip install spacy-elmo[serve]`: the tests here hold every route
+    of the one-process engine without it (its modules import no Ray: test_serve_extras.py)."""
+    process = Served(tiny_weights, hidden=["ray"])
     try:
         process.ready()
         yield process

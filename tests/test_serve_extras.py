@@ -1,7 +1,7 @@
 """The extras `serve` is installed with: `[serve]` holds what the one-process engine imports and no
 Ray; `[ray]` adds Ray Serve for `--replicas N`, `--ray-address` and `--engine ray`. Without Ray, the
-one-process engine serves every route, and asking for Ray fails before the model loads with the
-extra to install."""
+one-process engine serves every route (tests/test_serve.py's service runs without it), and asking for
+Ray fails before the model loads with the extra to install."""
 
 import subprocess
 import sys
@@ -14,7 +14,6 @@ from packaging.utils import canonicalize_name
 pytest.importorskip("uvicorn", reason="the serve extra (pip install spacy-elmo[serve]) is not installed")
 httpx = pytest.importorskip("httpx")
 
-from served_process import Served, http_get, http_post  # noqa: E402
 
 from spacy_elmo.serving.settings import SERVE_MODULES  # noqa: E402
 
@@ -45,21 +44,6 @@ def test_the_one_process_engines_modules_import_no_ray():
         [sys.executable, "-c", probe], env=with_this_checkout(), capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
-
-
-def test_without_ray_one_process_answers_every_route(tiny_weights):
-    served = Served(tiny_weights, hidden=["ray"])
-    try:
-        url = served.ready()
-        embedded = http_post(f"{url}/embed", json={"texts": ["The cat sat."]}, timeout=60)
-        assert embedded.status_code == 200 and len(embedded.json()["docs"][0]["vector"]) > 0, embedded.text
-        openai = http_post(f"{url}/v1/embeddings", json={"input": "The cat sat.", "model": "elmo"}, timeout=60)
-        assert openai.status_code == 200 and openai.json()["data"][0]["embedding"], openai.text
-        metrics = http_get(f"{url}/metrics", timeout=60)
-        assert metrics.status_code == 200 and "spacy_elmo_requests_in_service" in metrics.text
-    finally:
-        served.stop()
-    assert served.process.returncode == 0, served.output[-3000:]
 
 
 @pytest.mark.parametrize(
