@@ -147,6 +147,8 @@ def run_steps_here(monkeypatch) -> None:
         for line in commands:
             python, flag, module, *arguments = shlex.split(line)
             assert (python, flag) == ("python", "-m"), line
+            if dry:
+                continue
             try:
                 run_here(module, arguments)
             except SystemExit as exit:
