@@ -483,7 +483,8 @@ def test_two_processes_train_as_one_and_two_nodes_as_one_node(corpus, tmp_path):
     learning rate at every step of the schedule; and torchrun --nnodes 2 (two launchers, one
     process each) = one node with two processes: the same losses, bitwise, and the same weights."""
     settings = dict(max_steps=4, data_streams=2, optimizer="adagrad", lr=0.2, lr_schedule="warmup-cosine", warmup=0.5)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    (tmp_path / "temp").mkdir()  # torch elastic's own folders (torchelastic_*) go there, not in /tmp
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "temp")}
     arguments = lambda run: pretrain_command(corpus, run, **settings)[3:]  # noqa: E731
     train(config(corpus, **settings), tmp_path / "one")  # one process: this one
     one_node = subprocess.run(
