@@ -140,6 +140,7 @@ def run_steps_here(monkeypatch) -> None:
     import shlex
 
     import weasel.cli.run
+    from bench_host import exit_status
 
     from spacy_elmo.training.launch import run_here
 
@@ -151,12 +152,10 @@ def run_steps_here(monkeypatch) -> None:
                 continue
             try:
                 run_here(module, arguments)
-            except SystemExit as exit:
-                if exit.code is None or exit.code == 0:
-                    continue
-                if not isinstance(exit.code, int):
-                    print(exit.code, file=sys.stderr)
-                raise SystemExit(exit.code if isinstance(exit.code, int) else 1) from None
+            except SystemExit as stop:
+                status = exit_status(stop)  # its message printed as the interpreter prints it
+                if status:
+                    raise SystemExit(status) from None  # weasel ends the run at a failed step
 
     monkeypatch.setattr(weasel.cli.run, "run_commands", run_commands)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_here sets the step's

@@ -464,6 +464,11 @@ def test_the_launcher_runs_a_cpu_or_one_gpu_run_in_its_own_process(tmp_path, mon
     ran = json.loads((tmp_path / "ran.json").read_text())
     assert exit.value.code == 3 and ran["pid"] == os.getpid() and ran["gpus"] == ""
     assert ran["argv"] == [str(tmp_path / "recorder.py"), "--output", "run"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(SystemExit):
+        launch.main(["1", "recorder"])
+    one = json.loads((tmp_path / "ran.json").read_text())
+    assert one["pid"] == os.getpid() and one["gpus"] == "0", "one GPU: here, the GPUs left as they were"
     assert launch.torchrun_command(4, "recorder", ["--output", "run"])[1:] == [
         "-m",
         "torch.distributed.run",
