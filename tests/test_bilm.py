@@ -333,7 +333,10 @@ def original_bilms():
 @pytest.mark.slow
 @pytest.mark.parametrize("clipped,path", [(True, "step"), (False, "step"), (False, "fused")])
 def test_bitwise_identical_at_original_size(clipped, path, kernels, original_bilms):
-    """At the published sizes MKL and ATen split work across threads; still the same bits."""
+    """At the published sizes (sums over 2,048 filters and 4,096 cells, longer than oneDNN's K block
+    of 512, which the tiny preset's never are) a sentence's bits do not depend on its batch
+    companions, on the threads torch runs here: one in each of the suite's workers; under ``-n 0``
+    or ``nox -s matrix`` the machine's, where MKL and ATen split the work across threads too."""
     runner = BiLMRunner(original_bilms(clipped), lstm_path=path)
     target = SENTENCES[0]
     alone = embed_sentences(runner, [target])[0]
