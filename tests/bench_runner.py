@@ -1,7 +1,7 @@
 """Run bench/ scripts as a user would, at a tiny size, with everything they write in a folder of the
 test's (``SPACY_ELMO_BENCH_OUTPUT``: results/, out/ and BENCHMARKS.md there, never the repository's).
 A measuring run is the script run as ``__main__`` in a child forked from a process that imported
-torch, spaCy and spacy_elmo once (tests/bench_host.py), not a fresh process that imports them again.
+torch, spaCy and spacy_elmo once (tests/fork_host.py), not a fresh process that imports them again.
 Renders run there too, after the measuring runs: a forked child holds nothing of theirs (each run is
 a child of its own), so a section rendered there comes from the results files alone, as a user's
 ``--render-only`` does later.
@@ -19,119 +19,24 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from fork_host import ForkHosts
 from suite_plugin import side_by_side
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-HOST = Path(__file__).resolve().parent / "bench_host.py"
 MEASURED = "BENCHMARKS.measured.md"  # the file as the measuring runs left it, beside the one rendered again
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-class BenchHost:
-    """A tests/bench_host.py process: bench scripts run one at a time in children forked from it."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen([sys.executable, str(HOST)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.received = b""
-
-    def run(self, command: List[str], environment: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-        """``command`` (script, arguments...) run as ``python SCRIPT ARGUMENTS`` would run it."""
-        assert self.process.stdin is not None
-        with tempfile.TemporaryDirectory() as folder:
-            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            request = {"script": command[0], "arguments": command[1:], "environment": environment}
-            request.update(cwd=os.getcwd(), stdout=str(out), stderr=str(err))
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
-            deadline = time.monotonic() + timeout
-            try:
-                child = self.message(deadline)["pid"]
-            except TimeoutError:  # the host never started the run: not to be used again
-                self.process.kill()
-                raise RuntimeError(f"tests/bench_host.py started no run within {timeout} s") from None
-            try:
-                status = self.message(deadline)["status"]
-            except TimeoutError:
-                os.kill(child, signal.SIGKILL)
-                self.message(time.monotonic() + 60)  # its status: the host is ready for the next run
-                raise subprocess.TimeoutExpired([sys.executable, *command], timeout) from None
-            stdout, stderr = out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
-        return subprocess.CompletedProcess([sys.executable, *command], status, stdout, stderr)
-
-    def message(self, deadline: float) -> Dict[str, Any]:
-        """The host's next line, by ``deadline`` (time.monotonic()); TimeoutError after it."""
-        assert self.process.stdout is not None
-        pipe = self.process.stdout.fileno()
-        while b"\n" not in self.received:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([pipe], [], [], left)[0]:
-                raise TimeoutError("no line from tests/bench_host.py by the deadline")
-            chunk = os.read(pipe, 65536)
-            if not chunk:
-                raise RuntimeError(f"tests/bench_host.py exited with status {self.process.wait()}")
-            self.received += chunk
-        line, self.received = self.received.split(b"\n", 1)
-        return json.loads(line)
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-class BenchHosts:
-    """A host for each run at a time (the smokes of a run of its own go two at once), kept until
-    ``close``; a host that exited is not used again."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.idle: List[BenchHost] = []
-        self.started: List[BenchHost] = []
-
-    def run(self, command: List[str], environment: Dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-        with self.lock:
-            host = self.idle.pop() if self.idle else self._start()
-        try:
-            done = host.run(command, environment, timeout)  # a host that died raises RuntimeError: not kept
-        except subprocess.TimeoutExpired:
-            self._keep(host)  # its child killed, the host serves on
-            raise
-        self._keep(host)
-        return done
-
-    def _keep(self, host: BenchHost) -> None:
-        with self.lock:
-            self.idle.append(host)
-
-    def _start(self) -> BenchHost:
-        host = BenchHost()
-        self.started.append(host)
-        return host
-
-    def close(self) -> None:
-        for host in self.started:
-            host.close()
-
-
 def run_bench(
-    script: str, *arguments: str, output: Path, timeout: float = 300, hosts: Optional[BenchHosts] = None
+    script: str, *arguments: str, output: Path, timeout: float = 300, hosts: Optional[ForkHosts] = None
 ) -> subprocess.CompletedProcess:
     """``python bench/SCRIPT ARGUMENTS`` with its outputs under ``output``, in a child of one of
     ``hosts`` where given, else a process of its own; raises, with the script's own output, where
@@ -197,7 +102,7 @@ def smoke(
     return name
 
 
-def perform(declared: Smoke, output: Path, hosts: BenchHosts) -> Outcome:
+def perform(declared: Smoke, output: Path, hosts: ForkHosts) -> Outcome:
     output.mkdir(parents=True)
     more = list(declared.prepare(output)) if declared.prepare else []
     stdout = [
@@ -219,7 +124,7 @@ class SmokeRuns:
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.hosts = BenchHosts()
+        self.hosts = ForkHosts()
         self.pool: Optional[ThreadPoolExecutor] = None
         self.started: Dict[str, Future] = {}
         self.done: Dict[str, Outcome] = {}

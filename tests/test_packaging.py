@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED, make_nlp
+from fork_host import ForkHost
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,13 +21,20 @@ def run(*command, **kwargs):
     return result.stdout
 
 
-def install_and_run(python, package_folder, check, cwd):
-    """Install the one wheel of ``package_folder`` into ``python``'s venv; the JSON ``check`` prints."""
+def in_venv(host: ForkHost, *command, cwd) -> str:
+    """``python COMMAND`` of ``host``'s venv in ``cwd``, in a child forked from the host; what it printed."""
+    done = host.run([str(word) for word in command], os.environ, timeout=300, cwd=str(cwd))
+    assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def install_and_run(host: ForkHost, package_folder, check, cwd):
+    """Install the one wheel of ``package_folder`` into ``host``'s venv; the JSON ``check`` prints."""
     import json
 
     (wheel,) = (package_folder / "dist").glob("*.whl")
-    pip_into(python, "install", "-q", wheel)
-    return json.loads(run(python, "-c", check, cwd=cwd))
+    pip_into(host.python, "install", "-q", wheel)
+    return json.loads(in_venv(host, "-c", check, cwd=cwd))
 
 
 def new_venv(tmp_path_factory, with_pip: bool = True) -> Path:
@@ -52,10 +60,12 @@ NOT_BORROWED = ("spacy_elmo", "__editable__", "spacy_lookups_data")
 
 
 @pytest.fixture(scope="module")
-def fresh_python(tmp_path_factory):
+def fresh_venv(tmp_path_factory):
     """A new virtual environment with spacy-elmo installed from a wheel of this checkout, and this
     environment's packages (torch, spaCy...) but spacy-lookups-data on its path after its own: what
-    a pipeline's wheel resolves its requirements against."""
+    a pipeline's wheel resolves its requirements against. Its commands run in children of a host
+    started under its python (tests/fork_host.py): a pipeline installed later loads by its name
+    (``spacy.load`` imports it), not by the entry points spaCy's registries read as the host started."""
     python = new_venv(tmp_path_factory, with_pip=False)
     borrowed = tmp_path_factory.mktemp("borrowed")
     for entry in site_packages(sys.executable).iterdir():
@@ -69,12 +79,16 @@ def fresh_python(tmp_path_factory):
     check += "from spacy_elmo.tasks.shipped_configs import config_names\n"
     check += "print(spacy_elmo.__file__); print(spacy_elmo.training.__file__)\n"
     check += "print(importlib.util.find_spec('training')); print(config_names())"
-    where, training, top_level, shipped = run(python, "-c", check, cwd=python.parent).strip().splitlines()
-    assert where.startswith(str(python.parents[1])), "the installed copy, not the checkout's"
-    assert training.startswith(str(python.parents[1])), "the wheel's spacy_elmo.training"
-    assert top_level == "None", "no top-level `training` installed"
-    assert shipped == str(SHIPPED_CONFIGS), "the wheel ships the configs"
-    return python
+    host = ForkHost(python)
+    try:
+        where, training, top_level, shipped = in_venv(host, "-c", check, cwd=python.parent).strip().splitlines()
+        assert where.startswith(str(python.parents[1])), "the installed copy, not the checkout's"
+        assert training.startswith(str(python.parents[1])), "the wheel's spacy_elmo.training"
+        assert top_level == "None", "no top-level `training` installed"
+        assert shipped == str(SHIPPED_CONFIGS), "the wheel ships the configs"
+        yield host
+    finally:
+        host.close()
 
 
 @pytest.mark.matrix
@@ -95,7 +109,7 @@ def test_spacy_elmo_installs_with_its_dependencies_into_an_empty_venv(tmp_path_f
 
 @pytest.mark.slow
 @pytest.mark.matrix  # 20 s: the default run packages, installs and loads one in docs/training.md's walk (test_docs.py)
-def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_python):
+def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_venv):
     nlp = make_nlp(tiny_weights)
     nlp.meta["name"] = "elmo_tiny_test"
     nlp.meta["version"] = "0.0.1"
@@ -113,8 +127,7 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_pyth
         "--force",
     )
     (wheel,) = (tmp_path / "packages").glob("*/dist/*.whl")
-    python = fresh_python
-    pip_into(python, "install", "-q", wheel)
+    pip_into(fresh_venv.python, "install", "-q", wheel)
     check = (
         "import spacy\n"
         "nlp = spacy.load('en_elmo_tiny_test')\n"
@@ -123,12 +136,13 @@ def test_packaged_pipeline_installs_and_loads(tiny_weights, tmp_path, fresh_pyth
         "from spacy_elmo.pipeline.assembly import elmo_component_names\n"
         "print(elmo_component_names('en_elmo_tiny_test'), elmo_component_names('no_such_pipeline'))\n"
     )
-    assert run(python, "-c", check, cwd=tmp_path).strip().splitlines() == ["(3, 9, 32) 2 (32,)", "['elmo'] []"]
+    printed = in_venv(fresh_venv, "-c", check, cwd=tmp_path)
+    assert printed.strip().splitlines() == ["(3, 9, 32) 2 (32,)", "['elmo'] []"]
 
 
 @pytest.mark.slow
 def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
-    fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_python
+    fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_venv
 ):
     """`python -m spacy_elmo package NAME OUT`, with NAME served by a local server."""
     from file_server import FileServer
@@ -174,7 +188,7 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
     import numpy as np
 
     package = tmp_path / "packages" / "en_elmo_fixture_elmo-0.0.1"
-    pipes, licence, n_sentences, layers, centred_on = install_and_run(fresh_python, package, check, tmp_path)
+    pipes, licence, n_sentences, layers, centred_on = install_and_run(fresh_venv, package, check, tmp_path)
     assert pipes == ["sentencizer", "elmo"] and licence == "Apache-2.0" and n_sentences == 2
     assert centred_on >= 1000, "the package's vectors are centred on the text given"
     expected = embed_sentences(fixture_bilm, [["The", "bank", "raised", "rates", "."]])[0]
@@ -183,7 +197,7 @@ def test_pipeline_packaged_from_a_catalogue_name_loads_in_a_fresh_venv(
 
 @pytest.mark.slow
 def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
-    fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_python
+    fixture_dir, fixture_bilm, tmp_path, monkeypatch, fresh_venv
 ):
     """`package NAME` for a model trained on lemmas: spaCy's lookup lemmatizer goes in with its
     table, so the fresh venv (no spacy-lookups-data) lemmatizes and the biLM reads the lemmas."""
@@ -212,14 +226,14 @@ def test_a_lemma_model_packaged_by_name_lemmatizes_without_the_data_package(
         "[t.lemma_ for t in doc], doc._.elmo_data.tolist()]))\n"
     )
     package = tmp_path / "packages" / "en_elmo_nlpl_lemmas-0.0.1"
-    no_data_package, pipes, lemmas, layers = install_and_run(fresh_python, package, check, tmp_path)
+    no_data_package, pipes, lemmas, layers = install_and_run(fresh_venv, package, check, tmp_path)
     assert no_data_package and pipes == ["sentencizer", "lemmatizer", "elmo"]
     assert lemmas[1:4] == ["cat", "be", "sit"]
     np.testing.assert_allclose(np.array(layers), embed_sentences(fixture_bilm, [lemmas])[0], atol=1e-5)
 
 
 def test_a_bilm_of_your_own_and_an_original_release_folder_are_packaged_as_a_name_is(
-    fixture_dir, tiny_weights, tmp_path, fresh_python
+    fixture_dir, tiny_weights, tmp_path, fresh_venv
 ):
     """`package` takes what `weights` takes: a native biLM folder (named after it, or --name) and an
     original release folder (options.json and weights.hdf5), into an output folder it makes."""
@@ -237,16 +251,16 @@ def test_a_bilm_of_your_own_and_an_original_release_folder_are_packaged_as_a_nam
         "doc = nlp('Die Bank hob ihre Zinsen an .')\n"
         "print(json.dumps([nlp.lang, nlp.pipe_names, list(doc._.elmo_data.shape)]))\n"
     )
-    lang, pipes, shape = install_and_run(fresh_python, output / "de_elmo_fixture-0.0.1", check, tmp_path)
+    lang, pipes, shape = install_and_run(fresh_venv, output / "de_elmo_fixture-0.0.1", check, tmp_path)
     assert lang == "de" and pipes == ["sentencizer", "elmo"] and shape == [3, 7, 32]
     assert list((output / f"en_elmo_{tiny_weights.name}-0.0.1" / "dist").glob("*.whl")), "named after its folder"
 
 
-def test_the_installed_wheel_pretrains_from_an_empty_folder(fresh_python, tmp_path):
+def test_the_installed_wheel_pretrains_from_an_empty_folder(fresh_venv, tmp_path):
     """What `pip install "spacy-elmo[train]"` gives runs docs/pretraining.md's steps from a folder with
     nothing but text in it: corpus, vocabulary, a few steps of a shipped config (by name), the
     perplexity; the code is the wheel's `spacy_elmo.training`, and no top-level `training` is installed
-    (``fresh_python`` checks both)."""
+    (``fresh_venv`` checks both)."""
     import json
 
     corpus_text = (SHARED / "data" / "corpus" / "valid.txt").read_text(encoding="utf-8").splitlines()
@@ -260,7 +274,7 @@ def test_the_installed_wheel_pretrains_from_an_empty_folder(fresh_python, tmp_pa
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     def step(*arguments):
-        return run(fresh_python, "-m", *arguments, cwd=folder)
+        return in_venv(fresh_venv, "-m", *arguments, cwd=folder)
 
     step("spacy_elmo.training.corpus", "corpus", "--train", "train.txt", "--dev", "dev.txt", "--test", "test.txt")
     step("spacy_elmo.training.vocab", "corpus", "vocab.txt", "--max-size", "2000")

@@ -3,6 +3,7 @@ the tiny preset, a few steps), in English and in Bulgarian, in a copy of the pro
 checkout stays clean."""
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import NamedTuple
 import pytest
 import spacy
 import srsly
+from fork_host import ForkHost
 
 from spacy_elmo import BiLMConfig, load_bilm
 from spacy_elmo.training.loop.train_config import TrainConfig
@@ -45,7 +47,8 @@ class Finished(NamedTuple):
 
 def run_project(capfd, project: Path, command: str, *overrides: str, dry: bool = False) -> Finished:
     """``spacy project run COMMAND PROJECT --vars...`` through weasel's ``project_run``, what that
-    command runs: each step's script is still a process of its own, the driver is this one."""
+    command runs: each step's script is still a process of its own (``forked_steps``), the driver
+    is this one."""
     from weasel.cli.run import project_run
     from weasel.util import parse_config_overrides
 
@@ -85,7 +88,7 @@ def test_the_workflow_trains_the_sweeps_best_candidate_on_the_clock():
 
 
 @pytest.mark.slow
-def test_workflow_all_on_a_tiny_configuration(tmp_path, monkeypatch, capfd):
+def test_workflow_all_on_a_tiny_configuration(tmp_path, monkeypatch, capfd, forked_steps):
     project, temp = copy_project(tmp_path), tmp_path / "temp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))  # the steps' temporary files
@@ -112,7 +115,7 @@ def test_workflow_all_on_a_tiny_configuration(tmp_path, monkeypatch, capfd):
 
 @pytest.mark.slow
 @pytest.mark.matrix  # 27 s: the default run keeps the English workflow; `nox -s matrix` runs this one
-def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd):
+def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd, forked_steps):
     project = copy_project(tmp_path)
     result = run_project(capfd, project, "all", "--vars.lang=bg", *TINY)
     assert result.returncode == 0, result.output[-6000:]
@@ -134,37 +137,43 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd):
     assert '"България е малка страна в Европа." ~ "От друга страна, статията е твърде кратка."' in demo
 
 
-def run_steps_here(monkeypatch) -> None:
-    """weasel runs each ``python -m MODULE ARGS`` of a step in this process (as ``python -m`` would run
-    it, its SystemExit message printed as the interpreter prints it), not a process of its own."""
+@pytest.fixture(scope="module")
+def step_host():
+    host = ForkHost()
+    yield host
+    host.close()
+
+
+@pytest.fixture
+def forked_steps(step_host, monkeypatch):
+    """weasel runs each step's ``python ...`` in a child forked from the module's host
+    (tests/fork_host.py): a process of its own, as weasel's would be, with this process's
+    environment and folder, without importing torch, spaCy and spacy_elmo again. What the step
+    printed is printed here, and a failed step ends the run as weasel ends it (its status)."""
     import shlex
 
     import weasel.cli.run
-    from bench_host import exit_status
-
-    from spacy_elmo.training.launch import run_here
 
     def run_commands(commands, silent=False, dry=False, capture=False):
         for line in commands:
-            python, flag, module, *arguments = shlex.split(line)
-            assert (python, flag) == ("python", "-m"), line
+            python, *command = shlex.split(line)
+            assert python == "python", line
+            if not silent:
+                print(f"Running command: {shlex.join([step_host.python, *command])}")
             if dry:
                 continue
-            try:
-                run_here(module, arguments)
-            except SystemExit as stop:
-                status = exit_status(stop)  # its message printed as the interpreter prints it
-                if status:
-                    raise SystemExit(status) from None  # weasel ends the run at a failed step
+            done = step_host.run(command, os.environ, timeout=600)
+            sys.stdout.write(done.stdout)
+            sys.stderr.write(done.stderr)
+            if done.returncode:
+                raise SystemExit(done.returncode)
 
     monkeypatch.setattr(weasel.cli.run, "run_commands", run_commands)
-    monkeypatch.setattr(sys, "argv", list(sys.argv))  # run_here sets the step's
 
 
-def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path, capfd, monkeypatch):
-    """The step's command as project.yml gives it, run in this process: what it prints is the
-    script's, whatever process runs it (the workflow test above runs each step as one)."""
-    run_steps_here(monkeypatch)
+def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path, capfd, forked_steps):
+    """The step's command as project.yml gives it: it asks for text where it has none, and is
+    skipped where text is given."""
     project = copy_project(tmp_path)
     missing = run_project(capfd, project, "text", "--vars.lang=de")
     assert missing.returncode != 0 and "No built-in text for language 'de'" in missing.output

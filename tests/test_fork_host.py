@@ -1,6 +1,7 @@
-"""tests/bench_host.py runs a bench script as ``python SCRIPT ARGUMENTS`` runs it, in a child that
-starts from the host's state, whatever earlier runs set; a run past its time is killed and the host
-serves the next."""
+"""tests/fork_host.py runs ``python SCRIPT ARGS``, ``python -m MODULE ARGS`` and ``python -c CODE ARGS``
+as those commands run them, each in a child that starts from the host's state, whatever earlier
+runs set; it refuses an environment that the host could not give a child; a run past its time is
+killed and the host serves the next."""
 
 import os
 import subprocess
@@ -8,14 +9,14 @@ import sys
 import textwrap
 
 import pytest
-from bench_runner import BenchHosts
+from fork_host import ForkHosts
 
 SHOWS_ITS_RUN = """
 import json, os, sys
 import torch
 print(json.dumps({
     "argv": sys.argv, "name": __name__, "cwd": os.getcwd(), "path0": sys.path[0],
-    "marker": os.environ.get("BENCH_HOST_MARKER"), "threads": torch.get_num_threads(),
+    "marker": os.environ.get("FORK_HOST_MARKER"), "threads": torch.get_num_threads(),
     "json_touched": hasattr(json, "touched_by_a_run"),
 }))
 print("to stderr", file=sys.stderr)
@@ -24,7 +25,7 @@ print("to stderr", file=sys.stderr)
 CHANGES_ITS_PROCESS = """
 import json, os
 import torch
-os.environ["BENCH_HOST_MARKER"] = "set by an earlier run"
+os.environ["FORK_HOST_MARKER"] = "set by an earlier run"
 torch.set_num_threads(3)
 json.touched_by_a_run = True
 """
@@ -32,7 +33,7 @@ json.touched_by_a_run = True
 
 @pytest.fixture(scope="module")
 def hosts():
-    started = BenchHosts()
+    started = ForkHosts()
     yield started
     started.close()
 
@@ -48,7 +49,7 @@ def test_a_script_gets_its_arguments_environment_folder_and_streams(hosts, tmp_p
 
     monkeypatch.chdir(tmp_path)
     shows = script(tmp_path, "shows.py", SHOWS_ITS_RUN)
-    environment = {**os.environ, "BENCH_HOST_MARKER": "given", "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "FORK_HOST_MARKER": "given"}
     done = hosts.run([shows, "--flag", "value"], environment, timeout=120)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
@@ -58,10 +59,53 @@ def test_a_script_gets_its_arguments_environment_folder_and_streams(hosts, tmp_p
     assert done.args == [sys.executable, shows, "--flag", "value"]
 
 
+SHOWS_HOW_IT_RUNS = """
+import atexit, json, os, sys, tempfile
+import torch
+atexit.register(print, "its exit handler ran")
+print(json.dumps({
+    "argv": sys.argv, "name": __name__, "cwd": os.getcwd(), "path0": sys.path[0],
+    "main": sys.modules["__main__"].__dict__ is globals(), "temp": tempfile.gettempdir(),
+    "marker": os.environ.get("FORK_HOST_MARKER"), "threads": torch.get_num_threads(),
+}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["script", "module", "code"])
+def test_a_child_runs_a_command_as_a_process_of_its_own_runs_it(hosts, tmp_path, kind):
+    """The same command as a process of its own and in a child: the same arguments, name, folders,
+    ``__main__``, temporary folder, environment and threads, and its exit handler runs."""
+    (tmp_path / "temp").mkdir()
+    shows = script(tmp_path, "shows_how.py", SHOWS_HOW_IT_RUNS)
+    command = {"script": [shows], "module": ["-m", "shows_how"], "code": ["-c", SHOWS_HOW_IT_RUNS]}[kind]
+    command += ["--flag", "value"]
+    environment = {**os.environ, "FORK_HOST_MARKER": "given", "TMPDIR": str(tmp_path / "temp")}
+    own = subprocess.run(
+        [sys.executable, *command], env=environment, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    forked = hosts.run(command, environment, timeout=120, cwd=str(tmp_path))
+    assert own.returncode == forked.returncode == 0, (own.stderr, forked.stderr)
+    assert forked.stdout == own.stdout and own.stdout.endswith("its exit handler ran\n")
+    assert forked.args == [sys.executable, *command]
+
+
+def test_a_variable_read_at_start_with_another_value_is_refused(hosts, tmp_path):
+    """torch read its threads when the host started: a child given another count is refused, not
+    run with the host's; the host serves the next command."""
+    quick = script(tmp_path, "quick.py", "print('ran')\n")
+    hosts.run([quick], dict(os.environ), timeout=120)
+    started = len(hosts.started)
+    threads = str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 1)
+    with pytest.raises(ValueError, match=r"read \['OMP_NUM_THREADS'\] at its start"):
+        hosts.run([quick], {**os.environ, "OMP_NUM_THREADS": threads}, timeout=120)
+    assert hosts.run([quick], dict(os.environ), timeout=120).stdout == "ran\n"
+    assert len(hosts.started) == started
+
+
 def test_what_a_run_sets_never_reaches_the_next(hosts, tmp_path):
     import json
 
-    environment = {key: value for key, value in os.environ.items() if key != "BENCH_HOST_MARKER"}
+    environment = {key: value for key, value in os.environ.items() if key != "FORK_HOST_MARKER"}
     shows = script(tmp_path, "shows.py", SHOWS_ITS_RUN)
     before = json.loads(hosts.run([shows], environment, timeout=120).stdout)
     changes = script(tmp_path, "changes.py", CHANGES_ITS_PROCESS)
@@ -100,11 +144,11 @@ def test_a_run_past_its_time_is_killed_and_the_host_serves_the_next(hosts, tmp_p
 
 
 def test_a_host_that_starts_no_run_in_time_is_killed_and_not_used_again(tmp_path, monkeypatch):
-    import bench_runner
+    import fork_host
 
     silent = script(tmp_path, "silent_host.py", "import sys, time\nsys.stdin.readline()\ntime.sleep(600)\n")
-    monkeypatch.setattr(bench_runner, "HOST", silent)
-    stuck = BenchHosts()
+    monkeypatch.setattr(fork_host, "SERVER", silent)
+    stuck = ForkHosts()
     try:
         with pytest.raises(RuntimeError, match="started no run within 1 s"):
             stuck.run([script(tmp_path, "quick.py", "pass\n")], dict(os.environ), timeout=1)
