@@ -117,14 +117,15 @@ def perform(declared: Smoke, output: Path, hosts: ForkHosts) -> Outcome:
 
 
 class SmokeRuns:
-    """Every declared smoke run, each in a folder under ``base``. In a run of its own, all started at
-    once, two at a time (the other core is free); in a worker of a run side by side, each when a test
-    first asks for it, in that test (the other workers use the other cores already, and a test that
-    waited for smokes queued before its own could pass the bound on a test's time)."""
+    """Every declared smoke run, each in a folder under ``base``, run in children of ``hosts``. In a
+    run of its own, all started at once, two at a time (the other core is free); in a worker of a
+    run side by side, each when a test first asks for it, in that test (the other workers use the
+    other cores already, and a test that waited for smokes queued before its own could pass the
+    bound on a test's time)."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, hosts: ForkHosts) -> None:
         self.base = base
-        self.hosts = ForkHosts()
+        self.hosts = hosts
         self.pool: Optional[ThreadPoolExecutor] = None
         self.started: Dict[str, Future] = {}
         self.done: Dict[str, Outcome] = {}
@@ -145,7 +146,6 @@ class SmokeRuns:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-        self.hosts.close()
 
 
 def results(output: Path, name: str) -> Dict[str, Any]:

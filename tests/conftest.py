@@ -177,12 +177,24 @@ def run_cli(*args):
 
 
 @pytest.fixture(scope="session")
-def bench_smokes(tmp_path_factory):
+def fork_hosts():
+    """Hosts that run a command a test would run as ``python ...`` in a forked child, without
+    importing torch, spaCy and spacy_elmo again (tests/fork_host.py); the first started when a test
+    first asks."""
+    from fork_host import ForkHosts
+
+    hosts = ForkHosts()
+    yield hosts
+    hosts.close()
+
+
+@pytest.fixture(scope="session")
+def bench_smokes(tmp_path_factory, fork_hosts):
     """Every bench/ script's smoke run declared by a test module (tests/bench_runner.py), started at
     the first test that asks for one."""
     from bench_runner import SmokeRuns
 
-    runs = SmokeRuns(tmp_path_factory.mktemp("bench-smokes"))
+    runs = SmokeRuns(tmp_path_factory.mktemp("bench-smokes"), fork_hosts)
     yield runs
     runs.close()
 

@@ -13,6 +13,7 @@ torch loads), the test starts a process of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -23,7 +24,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 SERVER = Path(__file__).resolve().parent / "fork_server.py"
 # Read by Python, torch and the kernel libraries as they load: a child would keep the host's.
@@ -44,13 +45,33 @@ class ForkHost:
         self.started_with = read_at_start(os.environ)
         self.process = subprocess.Popen([self.python, str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.received = b""
+        self.running: Optional[ForkedChild] = None  # a child started and not yet waited for
 
     def run(
         self, command: List[str], environment: Mapping[str, str], timeout: float, cwd: Optional[str] = None
     ) -> subprocess.CompletedProcess:
         """``python COMMAND`` (a script, ``-m MODULE`` or ``-c CODE``, then arguments) in ``cwd`` (this
-        process's folder by default); raises ValueError where ``environment`` gives a variable read
-        at start another value than the host had."""
+        process's folder by default), to its end: its status and what it printed."""
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            child = self.start(command, environment, out, err, cwd, timeout)
+            status = child.wait(timeout)
+            stdout, stderr = out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
+        return subprocess.CompletedProcess([self.python, *command], status, stdout, stderr)
+
+    def start(
+        self,
+        command: List[str],
+        environment: Mapping[str, str],
+        stdout: Path,
+        stderr: Path,
+        cwd: Optional[str] = None,
+        timeout: float = 60,
+    ) -> "ForkedChild":
+        """``python COMMAND`` started, its output to ``stdout`` and ``stderr`` (one file where they are
+        the same); the host runs nothing else until it ends. Raises ValueError where ``environment``
+        gives a variable read at start another value than the host had, RuntimeError where the host
+        starts nothing within ``timeout`` seconds (it is killed)."""
         differs = sorted(set(read_at_start(environment).items()) ^ set(self.started_with.items()))
         if differs:
             raise ValueError(
@@ -58,26 +79,17 @@ class ForkHost:
                 "with other values: run the command in a process of its own."
             )
         assert self.process.stdin is not None
-        with tempfile.TemporaryDirectory() as folder:
-            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            request = {"command": command, "environment": dict(environment), "cwd": cwd or os.getcwd()}
-            request.update(stdout=str(out), stderr=str(err))
-            self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.flush()
-            deadline = time.monotonic() + timeout
-            try:
-                child = self.message(deadline)["pid"]
-            except TimeoutError:  # the host never started the run: not to be used again
-                self.process.kill()
-                raise RuntimeError(f"tests/fork_server.py started no run within {timeout} s") from None
-            try:
-                status = self.message(deadline)["status"]
-            except TimeoutError:
-                os.kill(child, signal.SIGKILL)
-                self.message(time.monotonic() + 60)  # its status: the host is ready for the next run
-                raise subprocess.TimeoutExpired([self.python, *command], timeout) from None
-            stdout, stderr = out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8")
-        return subprocess.CompletedProcess([self.python, *command], status, stdout, stderr)
+        request = {"command": command, "environment": dict(environment), "cwd": cwd or os.getcwd()}
+        request.update(stdout=str(stdout), stderr=str(stderr))
+        self.process.stdin.write((json.dumps(request) + "\n").encode())
+        self.process.stdin.flush()
+        try:
+            pid = self.message(time.monotonic() + timeout)["pid"]
+        except TimeoutError:  # the host never started the run: not to be used again
+            self.process.kill()
+            raise RuntimeError(f"tests/fork_server.py started no run within {timeout} s") from None
+        self.running = ForkedChild(self, pid, [self.python, *command])
+        return self.running
 
     def message(self, deadline: float) -> Dict[str, Any]:
         """The host's next line, by ``deadline`` (time.monotonic()); TimeoutError after it."""
@@ -95,13 +107,57 @@ class ForkHost:
         return json.loads(line)
 
     def close(self) -> None:
+        """Stop the host, and first its child where one still runs (a test that ended midway)."""
         assert self.process.stdin is not None
+        if self.running is not None and self.process.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired, TimeoutError, RuntimeError):
+                self.running.kill()
+                self.running.wait(60)
         self.process.stdin.close()
         try:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+class ForkedChild:
+    """A command running in a child of ``host``: its ``pid``, and its status once it ends (a
+    negative status: killed by that signal)."""
+
+    def __init__(self, host: ForkHost, pid: int, args: List[str]) -> None:
+        self.host, self.pid, self.args = host, pid, args
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        """Its status where it has ended, else None."""
+        if self.returncode is None:
+            try:
+                self.ended(self.host.message(time.monotonic())["status"])
+            except TimeoutError:
+                return None
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        """Its status once it ends; killed (SIGKILL) where it runs past ``timeout`` seconds, then
+        TimeoutExpired (the host serves the next command)."""
+        if self.returncode is None:
+            try:
+                self.ended(self.host.message(time.monotonic() + timeout)["status"])
+            except TimeoutError:
+                self.kill()
+                self.ended(self.host.message(time.monotonic() + 60)["status"])  # the host serves the next
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        assert self.returncode is not None
+        return self.returncode
+
+    def ended(self, status: int) -> None:
+        self.returncode = status
+        self.host.running = None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
 
 class ForkHosts:
@@ -117,15 +173,23 @@ class ForkHosts:
     def run(
         self, command: List[str], environment: Mapping[str, str], timeout: float, cwd: Optional[str] = None
     ) -> subprocess.CompletedProcess:
+        """``ForkHost.run`` in an idle host, or one started for it."""
+        with self.lease() as host:
+            return host.run(command, environment, timeout, cwd)
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[ForkHost]:
+        """An idle host, or one started for it, the block's alone: for a command that the block
+        starts and waits for itself (``ForkHost.start``). Kept for the next where the block ends, or
+        ends in a command refused or killed past its time; a host that died is not used again."""
         with self.lock:
             host = self.idle.pop() if self.idle else self._start()
         try:
-            done = host.run(command, environment, timeout, cwd)  # a host that died raises RuntimeError: not kept
+            yield host
         except (subprocess.TimeoutExpired, ValueError):
             self._keep(host)  # its child killed, or the command refused: the host serves on
             raise
         self._keep(host)
-        return done
 
     def _keep(self, host: ForkHost) -> None:
         with self.lock:

@@ -8,7 +8,8 @@ of torch's, so no thread pool exists when it forks, and each child starts from t
 one run sets (threads, environment, modules, exit handlers) never reaches another.
 
 One JSON request per line on standard input: ``{"command", "environment", "cwd", "stdout",
-"stderr"}`` (``command``: the words after ``python``; the last two: files for the child's output).
+"stderr"}`` (``command``: the words after ``python``; the last two: files for the child's output,
+one file for both where they are the same).
 Answered by a line ``{"pid": N}`` when the child starts and ``{"status": CODE}`` when it ends (a
 negative CODE: killed by that signal).
 """
@@ -67,14 +68,14 @@ def run_child(request: Dict[str, Any]) -> None:
     status = 1
     atexit._clear()
     try:
-        with (
-            open(os.devnull, "rb") as nothing,
-            open(request["stdout"], "wb") as out,
-            open(request["stderr"], "wb") as err,
-        ):
+        with open(os.devnull, "rb") as nothing, open(request["stdout"], "wb") as out:
             os.dup2(nothing.fileno(), 0)  # the host's requests are not the command's input
             os.dup2(out.fileno(), 1)
-            os.dup2(err.fileno(), 2)
+        if request["stderr"] == request["stdout"]:  # one file for both, as stderr=STDOUT gives
+            os.dup2(1, 2)
+        else:
+            with open(request["stderr"], "wb") as err:
+                os.dup2(err.fileno(), 2)
         os.environ.clear()
         os.environ.update(request["environment"])
         tempfile.tempdir = None  # found again from the child's TMPDIR, as a new process finds it

@@ -1,6 +1,5 @@
+import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -152,14 +151,17 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["spawn", pytest.param("forkserver", marks=pytest.mark.matrix)])
-def test_pipe_with_processes_started_by_spawn_or_a_fork_server_matches_one_process(tiny_weights, tmp_path, method):
-    """It failed with "cannot pickle '_thread.lock' object" before the caches pickled without their locks."""
-
+def test_pipe_with_processes_started_by_spawn_or_a_fork_server_matches_one_process(
+    tiny_weights, tmp_path, method, fork_hosts
+):
+    """It failed with "cannot pickle '_thread.lock' object" before the caches pickled without their
+    locks. The script runs in a child forked from a host (tests/fork_host.py); the processes it
+    starts by ``method`` are new interpreters, as they are for a user."""
     script = tmp_path / "check.py"
     script.write_text(
         START_METHOD_CHECK.format(tests=str(Path(__file__).parent), method=method, weights=str(tiny_weights))
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = fork_hosts.run([str(script)], os.environ, timeout=300, cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "true"
 

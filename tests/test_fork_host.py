@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from fork_host import ForkHosts
@@ -156,3 +157,27 @@ def test_a_host_that_starts_no_run_in_time_is_killed_and_not_used_again(tmp_path
         assert host.process.wait(timeout=60) != 0 and stuck.idle == []
     finally:
         stuck.close()
+
+
+def test_a_started_child_is_a_process_to_signal_and_one_file_takes_both_streams(hosts, tmp_path):
+    """``start`` gives the child's pid at once: it ends by the signal sent to it (status -9), its two
+    streams in the one file given for both, in the order written; the host serves the next."""
+    import signal
+
+    output = tmp_path / "output.txt"
+    waits = script(
+        tmp_path,
+        "waits.py",
+        "import sys, time\nprint('out', flush=True)\nprint('err', file=sys.stderr, flush=True)\ntime.sleep(600)\n",
+    )
+    with hosts.lease() as host:
+        child = host.start([waits], dict(os.environ), output, output)
+        deadline = time.monotonic() + 60
+        while not (output.exists() and output.read_text() == "out\nerr\n") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.poll() is None and output.read_text() == "out\nerr\n"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(60) == -signal.SIGKILL
+    assert (
+        hosts.run([script(tmp_path, "quick.py", "print('next')\n")], dict(os.environ), timeout=120).stdout == "next\n"
+    )

@@ -12,7 +12,6 @@ from typing import NamedTuple
 import pytest
 import spacy
 import srsly
-from fork_host import ForkHost
 
 from spacy_elmo import BiLMConfig, load_bilm
 from spacy_elmo.training.loop.train_config import TrainConfig
@@ -137,17 +136,10 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd, fork
     assert '"България е малка страна в Европа." ~ "От друга страна, статията е твърде кратка."' in demo
 
 
-@pytest.fixture(scope="module")
-def step_host():
-    host = ForkHost()
-    yield host
-    host.close()
-
-
 @pytest.fixture
-def forked_steps(step_host, monkeypatch):
-    """weasel runs each step's ``python ...`` in a child forked from the module's host
-    (tests/fork_host.py): a process of its own, as weasel's would be, with this process's
+def forked_steps(fork_hosts, monkeypatch):
+    """weasel runs each step's ``python ...`` in a child forked from a host (tests/fork_host.py):
+    a process of its own, as weasel's would be, with this process's
     environment and folder, without importing torch, spaCy and spacy_elmo again. What the step
     printed is printed here, and a failed step ends the run as weasel ends it (its status)."""
     import shlex
@@ -159,10 +151,10 @@ def forked_steps(step_host, monkeypatch):
             python, *command = shlex.split(line)
             assert python == "python", line
             if not silent:
-                print(f"Running command: {shlex.join([step_host.python, *command])}")
+                print(f"Running command: {shlex.join([sys.executable, *command])}")
             if dry:
                 continue
-            done = step_host.run(command, os.environ, timeout=600)
+            done = fork_hosts.run(command, os.environ, timeout=600)
             sys.stdout.write(done.stdout)
             sys.stderr.write(done.stderr)
             if done.returncode:

@@ -2,7 +2,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_nlp
+from fork_host import ForkedChild
 from served_process import free_port
 
 from spacy_elmo import load_bilm
@@ -380,7 +380,7 @@ def logged_steps(run: Path) -> list:
     return [record["step"] for record in map(json.loads, lines) if "loss" in record]
 
 
-def wait_for_logged_step(run: Path, step: int, process: subprocess.Popen, seconds: float) -> bool:
+def wait_for_logged_step(run: Path, step: int, process: ForkedChild, seconds: float) -> bool:
     """Whether ``run``'s log reaches ``step`` within ``seconds`` (the wait ends where ``process`` exits)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and process.poll() is None:
@@ -398,23 +398,22 @@ def uninterrupted_losses(corpus, tmp_path, **settings):
 
 
 @pytest.mark.slow
-def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path):
+def test_sigkill_and_resume_reproduces_the_uninterrupted_losses(corpus, tmp_path, fork_hosts):
+    """The command killed in a child forked from a host (tests/fork_host.py): a process of its own."""
     settings = dict(max_steps=80, checkpoint_every=10)
     expected = uninterrupted_losses(corpus, tmp_path, **settings)
-    killed = tmp_path / "killed"
-    with open(tmp_path / "killed-output.txt", "w") as output:
-        process = subprocess.Popen(
-            pretrain_command(corpus, killed, **settings), cwd=ROOT, stdout=output, stderr=subprocess.STDOUT
-        )
-    # killed once its log shows step 15: past the checkpoint of step 10, so the resume must drop the
-    # steps logged after it and run them again
-    try:
-        reached = wait_for_logged_step(killed, 15, process, seconds=120)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-    output = (tmp_path / "killed-output.txt").read_text(errors="replace")[-3000:]
-    assert reached, f"no step 15 logged within 120 s: {logged_steps(killed)}, exit {process.returncode}: {output}"
+    killed, output = tmp_path / "killed", tmp_path / "killed-output.txt"
+    with fork_hosts.lease() as host:
+        process = host.start(pretrain_command(corpus, killed, **settings)[1:], os.environ, output, output, str(ROOT))
+        # killed once its log shows step 15: past the checkpoint of step 10, so the resume must drop
+        # the steps logged after it and run them again
+        try:
+            reached = wait_for_logged_step(killed, 15, process, seconds=120)
+        finally:
+            process.kill()
+            process.wait(60)
+    printed = output.read_text(errors="replace")[-3000:]
+    assert reached, f"no step 15 logged within 120 s: {logged_steps(killed)}, exit {process.returncode}: {printed}"
     assert (killed / "checkpoints" / "latest").exists(), "step 10's checkpoint was written before step 15"
     assert 0 < len(losses(killed)) < 80, "killed mid-run"
     train(config(corpus, **settings), killed)  # resumes, as the command run again does
@@ -653,13 +652,13 @@ app(sys.argv[1:])
 
 
 @pytest.mark.slow
-def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path):
+def test_killed_while_writing_a_checkpoint_resumes_the_same_run(corpus, tmp_path, fork_hosts):
     settings = dict(max_steps=12, checkpoint_every=4)
     expected = uninterrupted_losses(corpus, tmp_path, **settings)
     crashed = tmp_path / "crashed"
     arguments = pretrain_command(corpus, crashed, **settings)[3:]
-    died = subprocess.run([sys.executable, "-c", CRASH_DURING_CHECKPOINT, *arguments], cwd=ROOT, capture_output=True)
-    assert died.returncode == 137
+    died = fork_hosts.run(["-c", CRASH_DURING_CHECKPOINT, *arguments], os.environ, timeout=300, cwd=str(ROOT))
+    assert died.returncode == 137, died.stderr[-3000:]
     assert (crashed / "checkpoints" / "latest").read_text().strip() == "step-00000004"
     assert list((crashed / "checkpoints").glob(".step-*")), "the half-written checkpoint is only a temporary"
     train(config(corpus, **settings), crashed)  # resumes, as the command run again does
