@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -186,6 +187,33 @@ def fork_hosts():
     hosts = ForkHosts()
     yield hosts
     hosts.close()
+
+
+@pytest.fixture
+def forked_steps(fork_hosts, monkeypatch):
+    """weasel (``spacy project run``) runs each step's ``python ...`` in a child forked from a host
+    (tests/fork_host.py): a process of its own, as weasel's would be, with this process's
+    environment and folder, without importing torch, spaCy and spacy_elmo again. What the step
+    printed is printed here, and a failed step ends the run as weasel ends it (its status)."""
+    import shlex
+
+    import weasel.cli.run
+
+    def run_commands(commands, silent=False, dry=False, capture=False):
+        for line in commands:
+            python, *command = shlex.split(line)
+            assert python == "python", line
+            if not silent:
+                print(f"Running command: {shlex.join([sys.executable, *command])}")
+            if dry:
+                continue
+            done = fork_hosts.run(command, os.environ, timeout=600)
+            sys.stdout.write(done.stdout)
+            sys.stderr.write(done.stderr)
+            if done.returncode:
+                raise SystemExit(done.returncode)
+
+    monkeypatch.setattr(weasel.cli.run, "run_commands", run_commands)
 
 
 @pytest.fixture(scope="session")

@@ -125,9 +125,9 @@ def project_served_by(server: FileServer, tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_assets_from_their_urls_rebuild_the_shared_data(tmp_path, monkeypatch, capfd):
+def test_assets_from_their_urls_rebuild_the_shared_data(tmp_path, monkeypatch, capfd, forked_steps):
     """`spacy project assets --extra` then `spacy project run downstream-assets`, through the
-    functions those commands call (the step's own script still runs as its process)."""
+    functions those commands call (the step's own script still runs as its process: ``forked_steps``)."""
     from weasel.cli.assets import project_assets
     from weasel.cli.run import project_run
 

@@ -3,9 +3,7 @@ the tiny preset, a few steps), in English and in Bulgarian, in a copy of the pro
 checkout stays clean."""
 
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -134,33 +132,6 @@ def test_workflow_all_in_bulgarian_on_a_tiny_configuration(tmp_path, capfd, fork
     demo = (project / "metrics" / "demo.txt").read_text()
     assert "Loaded bg_elmo_sample" in demo and "topped up with" in demo
     assert '"България е малка страна в Европа." ~ "От друга страна, статията е твърде кратка."' in demo
-
-
-@pytest.fixture
-def forked_steps(fork_hosts, monkeypatch):
-    """weasel runs each step's ``python ...`` in a child forked from a host (tests/fork_host.py):
-    a process of its own, as weasel's would be, with this process's
-    environment and folder, without importing torch, spaCy and spacy_elmo again. What the step
-    printed is printed here, and a failed step ends the run as weasel ends it (its status)."""
-    import shlex
-
-    import weasel.cli.run
-
-    def run_commands(commands, silent=False, dry=False, capture=False):
-        for line in commands:
-            python, *command = shlex.split(line)
-            assert python == "python", line
-            if not silent:
-                print(f"Running command: {shlex.join([sys.executable, *command])}")
-            if dry:
-                continue
-            done = fork_hosts.run(command, os.environ, timeout=600)
-            sys.stdout.write(done.stdout)
-            sys.stderr.write(done.stderr)
-            if done.returncode:
-                raise SystemExit(done.returncode)
-
-    monkeypatch.setattr(weasel.cli.run, "run_commands", run_commands)
 
 
 def test_text_step_without_built_in_text_asks_for_text_and_is_skipped_with_it(tmp_path, capfd, forked_steps):

@@ -3,11 +3,11 @@ Ray; `[ray]` adds Ray Serve for `--replicas N`, `--ray-address` and `--engine ra
 one-process engine serves every route (tests/test_serve.py's service runs without it), and asking for
 Ray fails before the model loads with the extra to install."""
 
-import subprocess
+import os
 import sys
 
 import pytest
-from conftest import setup_extras, with_this_checkout
+from conftest import setup_extras
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -37,12 +37,12 @@ def test_the_serve_extra_holds_what_the_one_process_engine_imports_and_no_ray():
     assert "psutil" in names(found["ray"]), "the Ray engine stops Ray's processes with psutil"
 
 
-def test_the_one_process_engines_modules_import_no_ray():
+def test_the_one_process_engines_modules_import_no_ray(fork_hosts):
+    """In a child forked from a host that imported torch, spaCy and spacy_elmo, never Ray (this
+    process may have): what importing the engine's modules adds (tests/fork_host.py)."""
     modules = "spacy_elmo.cli.serve, spacy_elmo.serving.service, spacy_elmo.serving.process_engine"
     probe = f"import sys, {modules}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'ray'))"
-    result = subprocess.run(
-        [sys.executable, "-c", probe], env=with_this_checkout(), capture_output=True, text=True, timeout=300
-    )
+    result = fork_hosts.run(["-c", probe], os.environ, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
