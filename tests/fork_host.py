@@ -1,7 +1,7 @@
 """Commands a test would run as ``python ...`` in a process of their own, run instead in children
 forked from a host that imported torch, spaCy and spacy_elmo once (tests/fork_server.py): each
 child is still a process, with its own arguments, environment, working folder, streams and exit
-status, started without the 4 to 6 CPU-s of those imports.
+status, started without importing them again (seconds of CPU each: CONTRIBUTING.md, "Processes").
 
 What the host read when it started, a child cannot read again: the variables that torch, its
 kernels and Python read as they load (threads, kernel caps, ``PYTHON*``), so a command given
