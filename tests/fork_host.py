@@ -87,6 +87,7 @@ class ForkHost:
             pid = self.message(time.monotonic() + timeout)["pid"]
         except TimeoutError:  # the host never started the run: not to be used again
             self.process.kill()
+            self.process.wait()
             raise RuntimeError(f"tests/fork_server.py started no run within {timeout} s") from None
         self.running = ForkedChild(self, pid, [self.python, *command])
         return self.running
@@ -106,13 +107,22 @@ class ForkHost:
         line, self.received = self.received.split(b"\n", 1)
         return json.loads(line)
 
-    def close(self) -> None:
-        """Stop the host, and first its child where one still runs (a test that ended midway)."""
-        assert self.process.stdin is not None
-        if self.running is not None and self.process.poll() is None:
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def settle(self) -> None:
+        """Kill a child still running (its caller ended midway) and read its status, so that the
+        host's next line answers the next command."""
+        if self.running is not None and self.alive:
             with contextlib.suppress(subprocess.TimeoutExpired, TimeoutError, RuntimeError):
                 self.running.kill()
                 self.running.wait(60)
+
+    def close(self) -> None:
+        """Stop the host, and first its child where one still runs."""
+        assert self.process.stdin is not None
+        self.settle()
         self.process.stdin.close()
         try:
             self.process.wait(timeout=60)
@@ -164,8 +174,7 @@ class ForkHosts:
     """A host for each run at a time (the bench smokes of a run of its own go two at once), kept
     until ``close``; a host that exited is not used again."""
 
-    def __init__(self, python: Optional[str] = None) -> None:
-        self.python = python
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.idle: List[ForkHost] = []
         self.started: List[ForkHost] = []
@@ -180,23 +189,23 @@ class ForkHosts:
     @contextlib.contextmanager
     def lease(self) -> Iterator[ForkHost]:
         """An idle host, or one started for it, the block's alone: for a command that the block
-        starts and waits for itself (``ForkHost.start``). Kept for the next where the block ends, or
-        ends in a command refused or killed past its time; a host that died is not used again."""
+        starts and waits for itself (``ForkHost.start``). However the block ends, a child it left
+        running is killed; the host is kept for the next unless it died."""
         with self.lock:
             host = self.idle.pop() if self.idle else self._start()
         try:
             yield host
-        except (subprocess.TimeoutExpired, ValueError):
-            self._keep(host)  # its child killed, or the command refused: the host serves on
-            raise
-        self._keep(host)
+        finally:
+            host.settle()
+            if host.alive and host.running is None:
+                self._keep(host)
 
     def _keep(self, host: ForkHost) -> None:
         with self.lock:
             self.idle.append(host)
 
     def _start(self) -> ForkHost:
-        host = ForkHost(self.python)
+        host = ForkHost()
         self.started.append(host)
         return host
 

@@ -30,6 +30,7 @@ import spacy  # noqa: F401
 import torch  # noqa: F401
 
 import spacy_elmo  # noqa: F401
+from spacy_elmo.training.launch import run_here
 
 
 def exit_status(stop: SystemExit) -> int:
@@ -47,9 +48,8 @@ def run_command(command: List[str]) -> None:
     first, *rest = command
     if first == "-m":
         module, *arguments = rest
-        sys.argv = [module, *arguments]  # runpy puts the module's file first, as python -m does
         sys.path[0] = os.getcwd()
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        run_here(module, arguments)
     elif first == "-c":
         code, *arguments = rest
         sys.argv = ["-c", *arguments]

@@ -4,6 +4,7 @@ runs set; it refuses an environment that the host could not give a child; a run 
 killed and the host serves the next."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -162,8 +163,6 @@ def test_a_host_that_starts_no_run_in_time_is_killed_and_not_used_again(tmp_path
 def test_a_started_child_is_a_process_to_signal_and_one_file_takes_both_streams(hosts, tmp_path):
     """``start`` gives the child's pid at once: it ends by the signal sent to it (status -9), its two
     streams in the one file given for both, in the order written; the host serves the next."""
-    import signal
-
     output = tmp_path / "output.txt"
     waits = script(
         tmp_path,
@@ -178,6 +177,17 @@ def test_a_started_child_is_a_process_to_signal_and_one_file_takes_both_streams(
         assert child.poll() is None and output.read_text() == "out\nerr\n"
         os.kill(child.pid, signal.SIGKILL)
         assert child.wait(60) == -signal.SIGKILL
+    assert (
+        hosts.run([script(tmp_path, "quick.py", "print('next')\n")], dict(os.environ), timeout=120).stdout == "next\n"
+    )
+
+
+def test_a_child_left_running_by_a_block_that_failed_is_killed_and_the_host_serves_the_next(hosts, tmp_path):
+    sleeps = script(tmp_path, "sleeps.py", "import time\ntime.sleep(600)\n")
+    with pytest.raises(ValueError, match="the block failed"), hosts.lease() as host:
+        child = host.start([sleeps], dict(os.environ), tmp_path / "out", tmp_path / "err")
+        raise ValueError("the block failed")
+    assert child.returncode == -signal.SIGKILL and host in hosts.idle
     assert (
         hosts.run([script(tmp_path, "quick.py", "print('next')\n")], dict(os.environ), timeout=120).stdout == "next\n"
     )
